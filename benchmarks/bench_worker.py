@@ -1,0 +1,172 @@
+"""End-to-end throughput of ``dedupectl run`` against its baselines, on the project's local broker.
+
+    python benchmarks/bench_worker.py [--count 1000000] [--naive-seconds 20]
+
+Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions), then runs, one after another and
+each in its own process: the plain transactional copy, the seed's naive loop (time-bounded: at one commit
+per message it would take hours; its rate is what counts), and ``dedupectl run``. Throughput is measured
+from the first record consumed to the last transaction committed. The worker's output is then read back
+(read_committed) to check it is exactly once. Prints a table and writes benchmarks/results/worker.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dedupectl.config import KafkaConfig  # noqa: E402
+from dedupectl.devbroker import LocalBroker  # noqa: E402
+from dedupectl.kafka_clients import create_topics  # noqa: E402
+from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
+from dedupectl.verify import check_output  # noqa: E402
+
+console = Console()
+PARTITIONS = 4
+
+
+def _json_from(command: list[str]) -> dict:
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"{command[:3]} failed ({completed.returncode}):\n{completed.stderr[-2000:]}")
+    return json.loads(completed.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=1_000_000)
+    parser.add_argument("--duplicates", type=float, default=0.006)
+    parser.add_argument("--naive-seconds", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
+    args = parser.parse_args()
+
+    with (
+        tempfile.TemporaryDirectory(prefix="dedupectl-bench-") as scratch,
+        LocalBroker(Path(scratch) / "broker") as broker,
+    ):
+        kafka = KafkaConfig(broker.bootstrap_servers)
+        topics = ["in", "out-copy", "out-naive", "out-dedup", "in.dead-letter"]
+        create_topics(kafka, topics, PARTITIONS)
+        spec = SampleSpec(args.count, duplicate_ratio=args.duplicates)
+        with console.status(f"producing {args.count:,} events"):
+            started = time.monotonic()
+            sample = produce_sample(kafka, "in", spec)
+        console.print(f"produced {sample.produced:,} events in {time.monotonic() - started:.1f}s")
+        python = sys.executable
+        results = {}
+        with console.status("plain transactional copy"):
+            results["copy"] = _json_from(
+                [
+                    python,
+                    str(ROOT / "benchmarks/baselines.py"),
+                    "copy",
+                    kafka.bootstrap_servers,
+                    "in",
+                    "out-copy",
+                    scratch,
+                ]
+            )
+        with console.status("naive loop"):
+            results["naive"] = _json_from(
+                [
+                    python,
+                    str(ROOT / "benchmarks/baselines.py"),
+                    "naive",
+                    kafka.bootstrap_servers,
+                    "in",
+                    "out-naive",
+                    str(Path(scratch) / "naive-store"),
+                    "--max-seconds",
+                    str(args.naive_seconds),
+                ]
+            )
+        with console.status("dedupectl run"):
+            run = _json_from(
+                [
+                    python,
+                    "-m",
+                    "dedupectl.cli.app",
+                    "run",
+                    "-b",
+                    kafka.bootstrap_servers,
+                    "-i",
+                    "in",
+                    "-o",
+                    "out-dedup",
+                    "-d",
+                    str(Path(scratch) / "data"),
+                    "--worker-id",
+                    "bench",
+                    "--exit-on-idle",
+                    "3",
+                    "--log-level",
+                    "warning",
+                    "--json",
+                ]
+            )
+        results["dedupectl"] = {
+            "consumed": run["consumed"],
+            "busy_seconds": run["busy_seconds"],
+            "peak_rss_mb": run["peak_rss_mb"],
+        }
+        with console.status("reading the output back"):
+            expected = {record.key for record in generate(spec) if record.kind == "new"}
+            check = check_output(kafka, "out-dedup", expected)
+
+    for figures in results.values():
+        figures["messages_per_second"] = (
+            round(figures["consumed"] / figures["busy_seconds"], 1) if figures["busy_seconds"] else 0.0
+        )
+    ours = results["dedupectl"]["messages_per_second"]
+    table = Table(
+        title=f"dedupectl run, {args.count:,} events, {args.duplicates:.1%} duplicates, {PARTITIONS} partitions"
+    )
+    for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
+        table.add_column(column, justify="right" if column != "system" else "left")
+    for name, figures in results.items():
+        ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
+        table.add_row(
+            name,
+            f"{figures['consumed']:,}",
+            f"{figures['busy_seconds']:.2f}",
+            f"{figures['messages_per_second']:,.0f}",
+            f"{figures['peak_rss_mb']:.0f}",
+            f"{ratio:.2f}x",
+        )
+    console.print(table)
+    verdict = "exactly once" if check.exactly_once else "NOT exactly once"
+    console.print(
+        f"output check: {check.records:,} records, {check.distinct_ids:,} distinct ids, "
+        f"{check.duplicated_ids} duplicated, {check.missing_ids} missing, {check.unexpected_ids} unexpected: {verdict}"
+    )
+    report = {
+        "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
+        "count": args.count,
+        "duplicate_ratio": args.duplicates,
+        "results": results,
+        "ratios": {
+            "dedupectl_vs_copy": ours / results["copy"]["messages_per_second"],
+            "dedupectl_vs_naive": ours / results["naive"]["messages_per_second"],
+        },
+        "output_check": check.__dict__,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    console.print(f"written to {args.out}")
+    if not check.exactly_once:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

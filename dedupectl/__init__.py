@@ -1,0 +1,3 @@
+"""dedupectl: exactly-once deduplication for Kafka."""
+
+__version__ = "0.1.0"

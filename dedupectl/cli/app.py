@@ -1,0 +1,74 @@
+"""The ``dedupectl`` command: a thin Typer shell over the core.
+
+Commands live in sibling modules, each exposing ``register(app)``; this module only wires them together
+and turns the package's own errors into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from dedupectl import __version__
+from dedupectl.cli.output import print_error
+from dedupectl.errors import DedupeError
+
+# Each module adds its commands to the app; the order is the order in --help.
+COMMAND_MODULES = (
+    "dedupectl.cli.run_cmd",
+    "dedupectl.cli.topics_cmd",
+    "dedupectl.cli.dev_cmd",
+)
+
+app = typer.Typer(
+    name="dedupectl",
+    help="Exactly-once deduplication for Kafka, and the tools to operate it.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dedupectl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors (for bug reports)."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    _state["debug"] = debug
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(app)
+
+
+def main() -> None:
+    """Console-script entry point: run the app, print known errors in one line, never a traceback."""
+    try:
+        app()
+    except DedupeError as error:
+        if _state["debug"]:
+            raise
+        print_error(str(error))
+        sys.exit(error.exit_code)
+    except Exception as error:  # a bug, not an operator error: still one line unless --debug
+        if _state["debug"]:
+            raise
+        print_error(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""``dedupectl dev …``: the project's local Kafka broker for the demo, tests and benchmarks.
+
+A thin shell over ``dedupectl.devbroker``: parse options, call one function, render the result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dedupectl.cli.output import console, print_json, print_table
+from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker, ensure_kafka_libs
+
+dev_app = typer.Typer(
+    help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True
+)
+broker_app = typer.Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
+dev_app.add_typer(broker_app, name="broker")
+
+STATE_DIR_OPTION = typer.Option(
+    DEFAULT_STATE_DIR, "--state-dir", help="Folder holding the broker's config, data, logs and broker.json."
+)
+JSON_OPTION = typer.Option(False, "--json", help="Print JSON for scripts instead of text.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``dev`` command group to ``app``."""
+    app.add_typer(dev_app, name="dev")
+
+
+@broker_app.command("start")
+def start(
+    state_dir: Path = STATE_DIR_OPTION,
+    heap_mb: int = typer.Option(512, "--heap-mb", min=128, help="JVM heap of the broker, in MiB."),
+    timeout: float = typer.Option(90, "--timeout", min=1, help="Seconds to wait for the broker to serve."),
+    json_output: bool = JSON_OPTION,
+) -> None:
+    """Start the broker in the background (or find it running) and print its bootstrap servers.
+
+    The broker keeps running after this command exits. Its jars are fetched with Maven on first use.
+
+    Data survives `stop`; a restart reuses the previous port when it is free.
+
+    Example: eval "$(dedupectl dev broker start | tail -n 1)"
+    """
+    broker = LocalBroker(state_dir, heap_mb=heap_mb)
+    if json_output:
+        broker.start(timeout=timeout)
+        print_json(broker.status())
+        return
+    with console.status(f"starting the local Kafka broker in {state_dir}"):
+        bootstrap = broker.start(timeout=timeout)
+    status = broker.status()
+    console.print(f"Kafka broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})")
+    typer.echo(f"export DEDUPECTL_BOOTSTRAP_SERVERS={bootstrap}")
+
+
+@broker_app.command("stop")
+def stop(
+    state_dir: Path = STATE_DIR_OPTION,
+    timeout: float = typer.Option(30, "--timeout", min=1, help="Seconds to wait before killing the broker."),
+) -> None:
+    """Stop the broker cleanly (SIGTERM, then SIGKILL after --timeout); its data is kept.
+
+    Example: dedupectl dev broker stop --state-dir .dedupectl/broker
+    """
+    broker = LocalBroker.from_state_dir(state_dir)
+    was_running = broker.status().running
+    broker.stop(timeout=timeout)
+    console.print("Kafka broker stopped" if was_running else f"no broker was running in {state_dir}")
+
+
+@broker_app.command("status")
+def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JSON_OPTION) -> None:
+    """Show whether the broker runs, its pid and bootstrap servers; exits 1 when it does not run.
+
+    Example: dedupectl dev broker status --json
+    """
+    current = LocalBroker.from_state_dir(state_dir).status()
+    if json_output:
+        print_json(current)
+    else:
+        _print_status(current)
+    if not current.running:
+        raise typer.Exit(code=1)
+
+
+@dev_app.command("fetch-kafka")
+def fetch_kafka(json_output: bool = JSON_OPTION) -> None:
+    """Resolve the broker's jars from Maven Central into the local cache (done by `start` when needed).
+
+    Example: DEDUPECTL_CACHE_DIR=/tmp/cache dedupectl dev fetch-kafka
+    """
+    if json_output:
+        print_json({"libs_dir": ensure_kafka_libs()})
+        return
+    with console.status("checking the Kafka jars") as spinner:
+        libs = ensure_kafka_libs(progress=spinner.update)
+    console.print(f"Kafka jars ready in {libs}")
+
+
+def _print_status(current: BrokerStatus) -> None:
+    rows = [
+        ("running", "yes" if current.running else "no"),
+        ("pid", current.pid),
+        ("bootstrap servers", current.bootstrap),
+        ("state dir", current.state_dir),
+    ]
+    print_table("Local Kafka broker", ("field", "value"), rows)

@@ -1,0 +1,131 @@
+"""``dedupectl run``: the dedup worker."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import typer
+
+from dedupectl.cli.common import (
+    BootstrapOption,
+    ConfigOption,
+    JsonOption,
+    KafkaSettingOption,
+    parse_kafka_settings,
+    setup_logging,
+)
+from dedupectl.cli.output import print_json, print_table
+from dedupectl.config import resolve_worker_config
+from dedupectl.worker import RunSummary, Worker, peak_rss_bytes, stop_on_signals
+
+log = logging.getLogger("dedupectl.run")
+
+
+def run(
+    config: Path | None = ConfigOption,
+    bootstrap_servers: str | None = BootstrapOption,
+    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="Topic to deduplicate."),
+    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="Where new messages go."),
+    dead_letter_topic: str | None = typer.Option(
+        None, "--dead-letter-topic", help="Where unusable records go (default: <input>.dead-letter)."
+    ),
+    group_id: str | None = typer.Option(None, "--group-id", help="Consumer group (default: dedupectl.<input>)."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    worker_id: str | None = typer.Option(
+        None, "--worker-id", help="Stable name of this worker (static group member) (default: hostname)."
+    ),
+    batch_max_messages: int | None = typer.Option(None, help="Most records in one batch/transaction."),
+    batch_max_bytes: int | None = typer.Option(None, help="Most value bytes in one batch."),
+    batch_max_ms: int | None = typer.Option(None, help="Longest wait to fill a batch, ms."),
+    value_format: str | None = typer.Option(None, help="json (values must be JSON objects) or raw."),
+    metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
+    metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),
+    kafka_setting: list[str] | None = KafkaSettingOption,
+    exit_on_idle: float | None = typer.Option(
+        None, "--exit-on-idle", help="Exit 0 after this many seconds without input (batch jobs, demos)."
+    ),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    json_output: bool = JsonOption,
+) -> None:
+    """Run the dedup worker: publish each messageId once, exactly once, across crashes.
+
+    SIGTERM or Ctrl-C finishes the batch in hand, commits it, closes the stores and exits 0.
+
+    Example: dedupectl run -b 127.0.0.1:9092 -i events -o events-deduped -d /var/lib/dedupectl
+    """
+    setup_logging(log_level)
+    worker_config = resolve_worker_config(
+        config,
+        flags={
+            "bootstrap_servers": bootstrap_servers,
+            "input_topic": input_topic,
+            "output_topic": output_topic,
+            "dead_letter_topic": dead_letter_topic,
+            "group_id": group_id,
+            "data_dir": data_dir,
+            "worker_id": worker_id,
+            "batch_max_messages": batch_max_messages,
+            "batch_max_bytes": batch_max_bytes,
+            "batch_max_ms": batch_max_ms,
+            "value_format": value_format,
+            "metrics_port": metrics_port,
+            "metrics_host": metrics_host,
+            "kafka": parse_kafka_settings(kafka_setting),
+        },
+    )
+    worker = Worker(worker_config)
+    if worker_config.metrics_port is not None:
+        port = worker.metrics.serve(worker_config.metrics_port, worker_config.metrics_host)
+        log.info("metrics on http://%s:%d/metrics", worker_config.metrics_host, port)
+    log.info(
+        "worker %s: %s -> %s (dead letters: %s), data in %s",
+        worker_config.worker_id,
+        worker_config.input_topic,
+        worker_config.output_topic,
+        worker_config.dead_letter_topic,
+        worker_config.data_dir,
+    )
+    summary = worker.run(stop_on_signals(), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger())
+    _render(summary, json_output)
+
+
+def _progress_logger():
+    last = {"consumed": 0}
+
+    def report(summary: RunSummary) -> None:
+        if summary.consumed != last["consumed"]:
+            log.info(
+                "consumed %d, published %d, duplicates %d, dead letters %d",
+                summary.consumed,
+                summary.published,
+                summary.duplicates,
+                summary.dead_letters,
+            )
+            last["consumed"] = summary.consumed
+
+    return report
+
+
+def _render(summary: RunSummary, json_output: bool) -> None:
+    rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
+    figures = {
+        "consumed": summary.consumed,
+        "published": summary.published,
+        "duplicates_dropped": summary.duplicates,
+        "dead_letters": summary.dead_letters,
+        "recovered_ids": summary.recovered,
+        "transactions_committed": summary.commits,
+        "transactions_aborted": summary.aborts,
+        "busy_seconds": round(summary.busy_seconds, 3),
+        "messages_per_second": round(rate, 1),
+        "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
+    }
+    if json_output:
+        print_json(figures)
+    else:
+        print_table("dedupectl run", ["figure", "value"], figures.items())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)

@@ -1,0 +1,280 @@
+"""Configuration, resolved in one place: defaults < TOML file < environment (``DEDUPECTL_…``) < flags.
+
+File layout::
+
+    bootstrap_servers = "broker-1:9092"
+    input_topic = "events"
+    output_topic = "events-deduped"
+    data_dir = "/var/lib/dedupectl"
+
+    [kafka]                      # any librdkafka setting, passed to every client
+    "security.protocol" = "SASL_SSL"
+    "sasl.password" = "…"        # secrets never appear in logs, errors or --json output
+
+Environment: ``DEDUPECTL_<FIELD>`` for a field, ``DEDUPECTL_KAFKA_<NAME>`` for a librdkafka setting
+(``DEDUPECTL_KAFKA_SASL_PASSWORD`` → ``sasl.password``), ``DEDUPECTL_CONFIG`` for the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from dedupectl.errors import ConfigError
+
+ENV_PREFIX = "DEDUPECTL_"
+ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
+# Variables read elsewhere (the cache of fetched jars, fault injection in tests), not configuration fields.
+ENV_RESERVED = frozenset({"DEDUPECTL_CONFIG", "DEDUPECTL_CACHE_DIR", "DEDUPECTL_CRASHPOINT"})
+
+# librdkafka settings the worker must own for exactly-once to hold.
+KAFKA_KEYS_OWNED = frozenset(
+    {
+        "bootstrap.servers",
+        "group.id",
+        "group.instance.id",
+        "transactional.id",
+        "enable.idempotence",
+        "acks",
+        "isolation.level",
+        "enable.auto.commit",
+        "enable.auto.offset.store",
+        "enable.partition.eof",
+    }
+)
+_SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|oauthbearer\.config|sasl\.jaas)", re.IGNORECASE)
+REDACTED = "***"
+
+VALUE_FORMATS = ("json", "raw")
+
+
+def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``settings`` with every secret-looking value replaced by ``***``."""
+    return {key: (REDACTED if _SECRET_KEY.search(key) else value) for key, value in settings.items()}
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    bootstrap_servers: str
+    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    timeout_s: float = 15.0
+
+    def client_settings(self) -> dict[str, Any]:
+        """Settings shared by every client: bootstrap plus the user's passthrough settings."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.settings}
+
+    def describe(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.bootstrap_servers, "settings": redact(self.settings)}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    kafka: KafkaConfig
+    input_topic: str
+    output_topic: str
+    dead_letter_topic: str
+    group_id: str
+    data_dir: Path
+    worker_id: str
+    batch_max_messages: int = 20_000
+    batch_max_bytes: int = 16 * 1024 * 1024
+    batch_max_ms: int = 100
+    value_format: str = "json"
+    id_field: str = "messageId"
+    transaction_timeout_ms: int = 60_000
+    session_timeout_ms: int = 10_000
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"
+
+    @property
+    def transactional_id(self) -> str:
+        # Stable across restarts: a restarted worker fences its previous incarnation at once and aborts its
+        # open transaction, instead of waiting out transaction.timeout.ms.
+        return f"dedupectl-{self.group_id}-{self.worker_id}"
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-friendly view with secrets redacted."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "kafka"}
+        fields["data_dir"] = str(self.data_dir)
+        return {"kafka": self.kafka.describe(), **fields, "transactional_id": self.transactional_id}
+
+
+# Fields a file, the environment or a flag may set, with their parsers.
+_WORKER_FIELDS: dict[str, type] = {
+    "bootstrap_servers": str,
+    "input_topic": str,
+    "output_topic": str,
+    "dead_letter_topic": str,
+    "group_id": str,
+    "data_dir": Path,
+    "worker_id": str,
+    "batch_max_messages": int,
+    "batch_max_bytes": int,
+    "batch_max_ms": int,
+    "value_format": str,
+    "id_field": str,
+    "transaction_timeout_ms": int,
+    "session_timeout_ms": int,
+    "metrics_port": int,
+    "metrics_host": str,
+    "kafka_timeout_s": float,
+}
+
+
+def _load_file(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as error:
+        raise ConfigError(f"config file {path} does not exist", "check --config / DEDUPECTL_CONFIG") from error
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {path} is not valid TOML: {error}") from error
+    except OSError as error:
+        raise ConfigError(f"cannot read config file {path}: {error.strerror}") from error
+
+
+def _parse(name: str, kind: type, raw: Any, source: str) -> Any:
+    if raw is None:
+        return None
+    try:
+        if kind is int:
+            if isinstance(raw, bool):
+                raise ValueError
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is Path:
+            return Path(str(raw)).expanduser()
+        return str(raw)
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {raw!r}") from error
+
+
+def _collect(config_file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> tuple[dict, dict]:
+    """Merge the three sources into (fields, kafka settings), checking every key."""
+    fields: dict[str, Any] = {}
+    kafka: dict[str, str] = {}
+    file_path = config_file or (Path(env["DEDUPECTL_CONFIG"]) if env.get("DEDUPECTL_CONFIG") else None)
+    if file_path is not None:
+        raw = _load_file(file_path)
+        for key, value in raw.items():
+            if key == "kafka":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{file_path}: [kafka] must be a table of librdkafka settings")
+                kafka.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()})
+            elif key in _WORKER_FIELDS:
+                fields[key] = _parse(key, _WORKER_FIELDS[key], value, str(file_path))
+            else:
+                raise ConfigError(
+                    f"{file_path}: unknown config key {key!r}",
+                    f"known keys: {', '.join(sorted([*_WORKER_FIELDS, 'kafka']))}",
+                )
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in ENV_RESERVED:
+            continue
+        if name.startswith(ENV_KAFKA_PREFIX):
+            kafka[name[len(ENV_KAFKA_PREFIX) :].lower().replace("_", ".")] = value
+            continue
+        key = name[len(ENV_PREFIX) :].lower()
+        if key not in _WORKER_FIELDS:
+            raise ConfigError(f"unknown environment variable {name}", "unset it or fix its spelling")
+        fields[key] = _parse(key, _WORKER_FIELDS[key], value, name)
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key == "kafka":
+            kafka.update(value)
+        elif key in _WORKER_FIELDS:
+            fields[key] = _parse(key, _WORKER_FIELDS[key], value, f"--{key.replace('_', '-')}")
+        else:  # a programming error in a command, not an operator one
+            raise ConfigError(f"unknown option {key!r}")
+    owned = sorted(set(kafka) & KAFKA_KEYS_OWNED)
+    if owned:
+        raise ConfigError(
+            f"librdkafka setting(s) {', '.join(owned)} are set by dedupectl itself",
+            "remove them from [kafka] / DEDUPECTL_KAFKA_*; use bootstrap_servers, group_id, worker_id instead",
+        )
+    return fields, kafka
+
+
+def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
+    bootstrap = fields.get("bootstrap_servers")
+    if not bootstrap:
+        raise ConfigError(
+            "no Kafka bootstrap servers given",
+            "pass --bootstrap-servers, set DEDUPECTL_BOOTSTRAP_SERVERS, or bootstrap_servers in the config file",
+        )
+    timeout = fields.get("kafka_timeout_s") or 15.0
+    if timeout <= 0:
+        raise ConfigError(f"kafka_timeout_s must be positive, got {timeout}")
+    return KafkaConfig(bootstrap_servers=bootstrap, settings=MappingProxyType(dict(kafka)), timeout_s=timeout)
+
+
+def resolve_kafka_config(
+    config_file: Path | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+) -> KafkaConfig:
+    """The Kafka connection alone, for commands that do not run the worker."""
+    fields, kafka = _collect(config_file, os.environ if env is None else env, flags or {})
+    return _kafka_config(fields, kafka)
+
+
+def resolve_worker_config(
+    config_file: Path | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
+) -> WorkerConfig:
+    """The worker's whole configuration; raises ConfigError naming the first problem found."""
+    fields, kafka = _collect(config_file, os.environ if env is None else env, flags or {})
+    kafka_config = _kafka_config(fields, kafka)
+    for required in ("input_topic", "output_topic"):
+        if not fields.get(required):
+            flag = "--" + required.replace("_", "-")
+            raise ConfigError(f"no {required} given", f"pass {flag} or set {required} in the config file")
+    input_topic, output_topic = fields["input_topic"], fields["output_topic"]
+    dead_letter_topic = fields.get("dead_letter_topic") or f"{input_topic}.dead-letter"
+    if len({input_topic, output_topic, dead_letter_topic}) != 3:
+        raise ConfigError("input, output and dead-letter topics must be three different topics")
+    config = WorkerConfig(
+        kafka=kafka_config,
+        input_topic=input_topic,
+        output_topic=output_topic,
+        dead_letter_topic=dead_letter_topic,
+        group_id=fields.get("group_id") or f"dedupectl.{input_topic}",
+        data_dir=fields.get("data_dir") or Path("dedupectl-data"),
+        worker_id=fields.get("worker_id") or socket.gethostname(),
+        **{
+            key: fields[key]
+            for key in (
+                "batch_max_messages",
+                "batch_max_bytes",
+                "batch_max_ms",
+                "value_format",
+                "id_field",
+                "transaction_timeout_ms",
+                "session_timeout_ms",
+                "metrics_port",
+                "metrics_host",
+            )
+            if fields.get(key) is not None
+        },
+    )
+    _validate(config)
+    return config
+
+
+def _validate(config: WorkerConfig) -> None:
+    for name in ("batch_max_messages", "batch_max_bytes", "batch_max_ms", "transaction_timeout_ms"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+    if config.value_format not in VALUE_FORMATS:
+        raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
+    if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port must be 0-65535, got {config.metrics_port}")
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", config.worker_id):
+        raise ConfigError(f"worker_id {config.worker_id!r} may hold only letters, digits, '.', '_' and '-'")

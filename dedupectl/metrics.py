@@ -1,0 +1,35 @@
+"""Prometheus metrics of the worker, on their own registry (so several workers can live in one process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LABEL = ("partition",)
+
+
+class WorkerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.consumed = Counter("dedupectl_messages_consumed", "Input records consumed", _LABEL, registry=r)
+        self.published = Counter("dedupectl_messages_published", "New records published", _LABEL, registry=r)
+        self.duplicates = Counter("dedupectl_duplicates_dropped", "Repeated ids dropped", _LABEL, registry=r)
+        self.dead_letters = Counter(
+            "dedupectl_dead_letters", "Records sent to the dead-letter topic", _LABEL, registry=r
+        )
+        self.recovered = Counter(
+            "dedupectl_recovered_ids", "Ids found in the output and recorded by recovery", _LABEL, registry=r
+        )
+        self.store_keys = Gauge("dedupectl_store_keys", "Live ids in the partition's store", _LABEL, registry=r)
+        self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
+        self.batch_seconds = Histogram(
+            "dedupectl_batch_seconds",
+            "Time to process one batch, from dedup to store write",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
+
+    def serve(self, port: int, host: str) -> int:
+        """Serve /metrics; returns the bound port (useful with port 0)."""
+        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return server.server_port

@@ -1,0 +1,532 @@
+"""The dedup worker: consume a batch, drop repeated ids, publish the rest in one Kafka transaction together
+with the input offsets, then record the published ids in the partition's store.
+
+Why this is exactly-once (DESIGN.md, "The worker"):
+- the transaction makes publishing and advancing the input offset one atomic step, and fences zombies;
+- the store is written only after the commit, so it may lag the output but never lead it;
+- before a partition's first batch after any assignment, recovery reads the output partition from the
+  store's covered output offset to its end (read_committed) and records what the store lacks. Recovery runs
+  once the consumer already holds a stable committed position (read_committed fetches wait for pending
+  transactional offsets), so no earlier owner's transaction can still commit behind it.
+A crash anywhere therefore costs at most a re-read; it never publishes an id twice nor drops one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import signal
+import socket
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import KafkaException, Message, TopicPartition
+
+from dedupectl.config import WorkerConfig
+from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
+from dedupectl.kafka_clients import librdkafka_log, partition_counts
+from dedupectl.messages import DeadLetter, extract_id
+from dedupectl.metrics import WorkerMetrics
+from reconcile.repair import catch_up
+from reconcile.scan import OutputReader
+from store.dedup_store import DedupStore
+from store.layout import store_path
+
+log = logging.getLogger(__name__)
+
+CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
+COMMIT_RETRIES = 5
+
+
+@dataclass
+class _Partition:
+    number: int
+    store: DedupStore
+    recovered: bool = False
+
+
+@dataclass
+class _Plan:
+    """What one partition's share of a batch becomes."""
+
+    partition: int
+    publish: list[tuple[bytes, Message]]
+    dead: list[tuple[Message, DeadLetter]]
+    consumed: int
+    duplicates: int
+    next_input_offset: int
+
+
+@dataclass
+class RunSummary:
+    consumed: int = 0
+    published: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    recovered: int = 0
+    batches: int = 0
+    commits: int = 0
+    aborts: int = 0
+    first_consumed_at: float | None = None
+    last_committed_at: float | None = None
+    partitions: list[int] = field(default_factory=list)
+
+    @property
+    def busy_seconds(self) -> float:
+        """From the first record consumed to the last transaction committed."""
+        if self.first_consumed_at is None or self.last_committed_at is None:
+            return 0.0
+        return max(self.last_committed_at - self.first_consumed_at, 0.0)
+
+
+class _CrashPoint:
+    """Fault injection for the crash tests: ``DEDUPECTL_CRASHPOINT=after-commit:3`` SIGKILLs the process the
+    3rd time it reaches ``after-commit``. Unset, it costs one attribute test per batch."""
+
+    def __init__(self, spec: str | None) -> None:
+        self.name, self.remaining = None, 0
+        if spec:
+            name, _, count = spec.partition(":")
+            self.name, self.remaining = name, int(count or 1)
+
+    def __call__(self, name: str) -> None:
+        if self.name == name:
+            self.remaining -= 1
+            if self.remaining <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _client_settings(config: WorkerConfig, defaults: dict, owned: dict) -> dict:
+    # defaults < the operator's passthrough settings < what exactly-once requires
+    return {**defaults, **config.kafka.client_settings(), "logger": librdkafka_log, **owned}
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, metrics: WorkerMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or WorkerMetrics()
+        self.summary = RunSummary()
+        self._partitions: dict[int, _Partition] = {}
+        self._dead_letter_partitions = 0
+        self._crashpoint = _CrashPoint(os.environ.get("DEDUPECTL_CRASHPOINT"))
+        self._status_path = Path(config.data_dir) / f"worker-{config.worker_id}.json"
+        self._consumer = None
+        self._producer = None
+        self._idle_since: float | None = None
+        self._reader: OutputReader | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        exit_on_idle_s: float | None = None,
+        on_progress: Callable[[RunSummary], None] | None = None,
+    ) -> RunSummary:
+        """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
+        stop = stop or threading.Event()
+        self._preflight()
+        from confluent_kafka import Consumer, Producer
+
+        config = self.config
+        producer = Producer(
+            _client_settings(
+                config,
+                defaults={"linger.ms": 5, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000},
+                owned={
+                    "transactional.id": config.transactional_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "transaction.timeout.ms": config.transaction_timeout_ms,
+                },
+            )
+        )
+        try:
+            producer.init_transactions(config.kafka.timeout_s)
+        except KafkaException as error:
+            raise BrokerError(
+                f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
+                "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
+            ) from error
+        consumer = Consumer(
+            _client_settings(
+                config,
+                defaults={"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024},
+                owned={
+                    "group.id": config.group_id,
+                    # static membership: a restarted worker takes its partitions back without a rebalance
+                    "group.instance.id": config.worker_id,
+                    "session.timeout.ms": config.session_timeout_ms,
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                },
+            )
+        )
+        self._producer, self._consumer = producer, consumer
+        consumer.subscribe(
+            [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        self._write_status()
+        started = last_report = time.monotonic()
+        try:
+            while not stop.is_set():
+                batch = self._collect(consumer)
+                now = time.monotonic()
+                if batch:
+                    self._process(batch)
+                    self._idle_since = now
+                elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
+                    break
+                if on_progress is not None and now - last_report >= 1.0:
+                    on_progress(self.summary)
+                    last_report = now
+        finally:
+            self._shutdown()
+        return self.summary
+
+    def _idle_for(self, now: float, started: float) -> float:
+        """Seconds without input since the last batch or assignment; before any assignment the clock only
+        runs out once the group had ample time to assign (so --exit-on-idle never quits before starting)."""
+        if self._idle_since is None:
+            return now - started - 2 * self.config.session_timeout_ms / 1000
+        return now - self._idle_since
+
+    def _preflight(self) -> None:
+        config = self.config
+        try:
+            Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DataDirError(
+                f"cannot create data directory {config.data_dir}: {error.strerror}",
+                "point --data-dir at a writable directory",
+            ) from error
+        if not os.access(config.data_dir, os.W_OK):
+            raise DataDirError(
+                f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
+            )
+        counts = partition_counts(config.kafka, [config.input_topic, config.output_topic, config.dead_letter_topic])
+        inputs, outputs = counts[config.input_topic], counts[config.output_topic]
+        if inputs != outputs:
+            raise TopicError(
+                f"output topic {config.output_topic!r} has {outputs} partitions but input {config.input_topic!r} "
+                f"has {inputs}",
+                f"give the output {inputs} partitions: a record goes to the output partition of its input partition",
+            )
+        self._dead_letter_partitions = counts[config.dead_letter_topic]
+
+    def _shutdown(self) -> None:
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except (KafkaException, RuntimeError) as error:
+                log.warning("closing the consumer: %s", error)
+        for number in list(self._partitions):
+            self._partitions.pop(number).store.close()
+        if self._reader is not None:
+            self._reader.close()
+        if self._producer is not None:
+            self._producer.flush(self.config.kafka.timeout_s)
+        self._status_path.unlink(missing_ok=True)
+
+    # -- assignment ----------------------------------------------------------------------------------
+
+    def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.partition not in self._partitions:
+                path = store_path(self.config.data_dir, self.config.input_topic, tp.partition)
+                store = DedupStore.open(path, topic=self.config.input_topic, partition=tp.partition)
+                self._partitions[tp.partition] = _Partition(tp.partition, store)
+            # another worker may have published while we did not own it: recover before the next batch
+            self._partitions[tp.partition].recovered = False
+        self._idle_since = time.monotonic()
+        log.info("assigned %s", sorted(tp.partition for tp in partitions))
+        self._write_status()
+
+    def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            owned = self._partitions.pop(tp.partition, None)
+            if owned is not None:
+                owned.store.close()
+        log.info("revoked %s", sorted(tp.partition for tp in partitions))
+        self._write_status()
+
+    def _write_status(self) -> None:
+        """The status file says which process serves which partitions (reattach and snapshot read it)."""
+        status = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "worker_id": self.config.worker_id,
+            "group_id": self.config.group_id,
+            "input_topic": self.config.input_topic,
+            "output_topic": self.config.output_topic,
+            "partitions": sorted(self._partitions),
+            "updated_at": time.time(),
+        }
+        temporary = self._status_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(status, indent=2))
+        temporary.replace(self._status_path)
+        self.summary.partitions = sorted(self._partitions)
+
+    # -- the batch loop ------------------------------------------------------------------------------
+
+    def _collect(self, consumer) -> list[Message]:
+        """Up to batch_max_messages / batch_max_bytes, waiting at most batch_max_ms."""
+        config = self.config
+        deadline = time.monotonic() + config.batch_max_ms / 1000
+        batch: list[Message] = []
+        size = 0
+        while len(batch) < config.batch_max_messages and size < config.batch_max_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            wanted = min(CONSUME_CHUNK, config.batch_max_messages - len(batch))
+            got = consumer.consume(num_messages=wanted, timeout=remaining)
+            for message in got:
+                error = message.error()
+                if error is not None:
+                    if error.fatal():
+                        raise BrokerError(f"consumer failed: {error.str()}")
+                    log.warning("consumer: %s", error.str())
+                    continue
+                batch.append(message)
+                size += len(message.value() or b"")
+            if len(got) < wanted:
+                break
+        if batch and self.summary.first_consumed_at is None:
+            self.summary.first_consumed_at = time.monotonic()
+        return batch
+
+    def _process(self, batch: list[Message]) -> None:
+        started = time.perf_counter()
+        by_partition: dict[int, list[Message]] = defaultdict(list)
+        for message in batch:
+            by_partition[message.partition()].append(message)
+        plans = []
+        for number, messages in by_partition.items():
+            owned = self._partitions.get(number)
+            if owned is None:  # revoked while the batch filled: its next owner reads it from the committed offset
+                continue
+            if not owned.recovered:
+                self._recover(owned)
+            plans.append(self._plan(owned, messages))
+        if not plans:
+            return
+        output_offsets = self._transact(plans)
+        if output_offsets is None:
+            return
+        self._crashpoint("after-commit")
+        for plan in plans:
+            store = self._partitions[plan.partition].store
+            last_output = output_offsets.get(plan.partition)
+            state = store.record(
+                [message_id for message_id, _ in plan.publish],
+                [_timestamp_ms(message) for _, message in plan.publish],
+                input_offset=plan.next_input_offset,
+                output_offset=None if last_output is None else last_output + 1,
+            )
+            self._account(plan, state.next_seq - state.first_live_seq)
+        self._crashpoint("after-record")
+        self.summary.batches += 1
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+
+    def _plan(self, owned: _Partition, messages: list[Message]) -> _Plan:
+        value_format, id_field = self.config.value_format, self.config.id_field
+        candidates: list[tuple[bytes, Message]] = []
+        dead: list[tuple[Message, DeadLetter]] = []
+        seen: set[bytes] = set()
+        repeats = 0
+        for message in messages:  # the hot loop: keep it to local names
+            try:
+                message_id = extract_id(message.key(), message.value(), value_format, id_field)
+            except DeadLetter as reason:
+                dead.append((message, reason))
+                continue
+            if message_id in seen:  # repeated inside the batch: the first occurrence wins
+                repeats += 1
+                continue
+            seen.add(message_id)
+            candidates.append((message_id, message))
+        present = owned.store.contains_many([message_id for message_id, _ in candidates])
+        publish = [candidate for candidate, known in zip(candidates, present, strict=True) if not known]
+        return _Plan(
+            partition=owned.number,
+            publish=publish,
+            dead=dead,
+            consumed=len(messages),
+            duplicates=repeats + len(candidates) - len(publish),
+            # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
+            next_input_offset=max(message.offset() for message in messages) + 1,
+        )
+
+    def _transact(self, plans: list[_Plan]) -> dict[int, int] | None:
+        """Publish and commit the batch; the output offset of each partition's last record, or None when
+        the transaction was aborted (the batch is then re-read from the committed offsets)."""
+        config, producer = self.config, self._producer
+        last_offsets: dict[int, int] = {}
+
+        def remember(error, message) -> None:
+            if error is None:
+                last_offsets[message.partition()] = message.offset()
+
+        try:
+            producer.begin_transaction()
+            output_topic = config.output_topic
+            for plan in plans:
+                partition, publish = plan.partition, plan.publish
+                last = len(publish) - 1
+                for index, (message_id, message) in enumerate(publish):
+                    kind, timestamp = message.timestamp()
+                    self._produce(
+                        output_topic,
+                        message.value(),
+                        message_id,
+                        partition,
+                        message.headers(),
+                        timestamp if kind and timestamp > 0 else 0,
+                        remember if index == last else None,
+                    )
+                for message, reason in plan.dead:
+                    self._produce(
+                        config.dead_letter_topic,
+                        message.value(),
+                        message.key(),
+                        partition % self._dead_letter_partitions,
+                        _dead_letter_headers(message, reason),
+                    )
+            self._crashpoint("after-produce")
+            offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
+            producer.send_offsets_to_transaction(
+                offsets, self._consumer.consumer_group_metadata(), config.kafka.timeout_s
+            )
+            self._commit()
+        except KafkaException as error:
+            kafka_error = error.args[0]
+            if kafka_error.fatal():
+                raise FencedError(
+                    f"this worker was fenced ({kafka_error.str()})",
+                    "another worker with the same worker_id took over; stop one of them",
+                ) from error
+            if not kafka_error.txn_requires_abort() and not kafka_error.retriable():
+                raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
+            log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
+            self._abort_and_rewind(plans)
+            return None
+        self.summary.commits += 1
+        self.summary.last_committed_at = time.monotonic()
+        self.metrics.transactions.labels("committed").inc()
+        return last_offsets
+
+    def _produce(self, topic, value, key, partition, headers, timestamp=0, on_delivery=None) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers
+                )
+                return
+            except BufferError:  # local queue full: let librdkafka deliver some, then retry
+                self._producer.poll(0.05)
+
+    def _commit(self) -> None:
+        for attempt in range(COMMIT_RETRIES):
+            try:
+                self._producer.commit_transaction(self.config.kafka.timeout_s)
+                return
+            except KafkaException as error:
+                if not error.args[0].retriable() or attempt == COMMIT_RETRIES - 1:
+                    raise
+                log.warning("commit retry after: %s", error.args[0].str())
+
+    def _abort_and_rewind(self, plans: list[_Plan]) -> None:
+        try:
+            self._producer.abort_transaction(self.config.kafka.timeout_s)
+        except KafkaException as error:
+            if error.args[0].fatal():
+                raise FencedError(f"this worker was fenced ({error.args[0].str()})") from error
+            raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
+        self.summary.aborts += 1
+        self.metrics.transactions.labels("aborted").inc()
+        partitions = [TopicPartition(self.config.input_topic, plan.partition) for plan in plans]
+        try:
+            committed = self._consumer.committed(partitions, timeout=self.config.kafka.timeout_s)
+        except KafkaException as error:
+            raise BrokerError(f"cannot read committed offsets after an abort: {error.args[0].str()}") from error
+        for tp in committed:
+            if tp.partition in self._partitions:
+                tp.offset = tp.offset if tp.offset >= 0 else 0
+                try:
+                    self._consumer.seek(tp)
+                except KafkaException as error:  # revoked meanwhile: its next owner re-reads it
+                    log.info("not rewinding partition %d: %s", tp.partition, error)
+
+    def _recover(self, owned: _Partition) -> None:
+        if self._reader is None:
+            self._reader = OutputReader(self.config.kafka)
+        result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
+        owned.recovered = True
+        self.summary.recovered += result.recorded
+        self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)
+        log.info(
+            "partition %d recovered: read output offsets %d..%d (%d records), recorded %d missing ids",
+            owned.number,
+            result.start_offset,
+            result.end_offset,
+            result.scanned,
+            result.recorded,
+        )
+
+    def _account(self, plan: _Plan, store_keys: int) -> None:
+        label = str(plan.partition)
+        published, dead = len(plan.publish), len(plan.dead)
+        summary = self.summary
+        summary.consumed += plan.consumed
+        summary.published += published
+        summary.duplicates += plan.duplicates
+        summary.dead_letters += dead
+        metrics = self.metrics
+        metrics.consumed.labels(label).inc(plan.consumed)
+        metrics.published.labels(label).inc(published)
+        metrics.duplicates.labels(label).inc(plan.duplicates)
+        metrics.dead_letters.labels(label).inc(dead)
+        metrics.store_keys.labels(label).set(store_keys)
+
+
+def _timestamp_ms(message: Message) -> int:
+    kind, value = message.timestamp()
+    return value if kind and value > 0 else int(time.time() * 1000)
+
+
+def _dead_letter_headers(message: Message, reason: DeadLetter) -> list[tuple[str, bytes]]:
+    return [
+        *(message.headers() or []),
+        ("dedupectl.reason", reason.reason.value.encode()),
+        ("dedupectl.detail", reason.detail[:500].encode()),
+        ("dedupectl.source.topic", message.topic().encode()),
+        ("dedupectl.source.partition", str(message.partition()).encode()),
+        ("dedupectl.source.offset", str(message.offset()).encode()),
+    ]
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the worker finishes the batch in hand, commits, and exits 0."""
+    stop = threading.Event()
+
+    def handle(signum: int, _frame: object) -> None:
+        log.info("%s received: finishing the batch in hand", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return stop
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

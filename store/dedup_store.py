@@ -1,0 +1,330 @@
+"""One partition's dedup store: which message ids have been published, in what order, up to which offsets.
+
+Writers open it read-write (taking RocksDB's lock, so two processes never share a store); inspection opens
+it as a secondary instance, which takes no lock and follows the writer.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from rocksdict import AccessType, Rdict, WriteBatch
+
+from dedupectl.errors import (
+    DataDirError,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StoreVersionError,
+)
+from store.codec import (
+    CF_IDS,
+    CF_META,
+    CF_SEQ,
+    COLUMN_FAMILIES,
+    META_IDENTITY,
+    META_STATE,
+    SCHEMA_VERSION,
+    StoreIdentity,
+    StoreState,
+    decode_identity,
+    decode_state,
+    encode_id_value,
+    encode_identity,
+    encode_seq,
+    encode_state,
+)
+from store.options import store_options
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
+    """The raw identity and state values; the family object is closed so it cannot pin the DB open."""
+    meta = db.get_column_family(CF_META)
+    try:
+        return meta.get(META_IDENTITY), meta.get(META_STATE)
+    finally:
+        meta.close()
+
+
+def _translate_open_error(path: Path, error: Exception) -> StoreError:
+    text = str(error)
+    if "lock" in text.lower() and ("temporarily unavailable" in text or "lock hold" in text):
+        return StoreLockedError(
+            f"store {path} is locked by another process",
+            "stop the worker that holds it first, or use a read-only command (stats, sst, window, lookup)",
+        )
+    if "No such file or directory" in text or "does not exist" in text:
+        return StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
+    if "Corruption" in text:
+        return StoreCorruptError(
+            f"store {path} is corrupt ({text.splitlines()[0]})",
+            "restore it from a snapshot or rebuild it from the output topic",
+        )
+    return StoreError(f"cannot open store {path}: {text.splitlines()[0] if text else error!r}")
+
+
+class DedupStore:
+    """The ids one partition has published. Not thread-safe: one worker thread owns a store."""
+
+    def __init__(self, db: Rdict, path: Path, identity: StoreIdentity, state: StoreState, writable: bool):
+        self._db = db
+        self.path = path
+        self.identity = identity
+        self._state = state
+        self.writable = writable
+        self._ids = db.get_column_family(CF_IDS)
+        self._seq = db.get_column_family(CF_SEQ)
+        self._meta = db.get_column_family(CF_META)
+        self._ids_handle = db.get_column_family_handle(CF_IDS)
+        self._seq_handle = db.get_column_family_handle(CF_SEQ)
+        self._meta_handle = db.get_column_family_handle(CF_META)
+        self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
+
+    # -- opening -------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path, *, topic: str, partition: int) -> DedupStore:
+        """Open (creating if needed) the store of ``topic``/``partition`` for writing."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise DataDirError(
+                f"cannot create data directory {path.parent}: {error.strerror}",
+                "point --data-dir at a writable directory",
+            ) from error
+        if not os.access(path.parent, os.W_OK):
+            raise DataDirError(
+                f"data directory {path.parent} is not writable", "fix its permissions or choose another --data-dir"
+            )
+        fresh = not (path / "CURRENT").exists()
+        if not fresh:
+            cls._check_families(path)
+        options, families = store_options(create=True)
+        try:
+            db = Rdict(str(path), options=options, column_families=families)
+        except Exception as error:
+            raise _translate_open_error(path, error) from error
+        raw_identity, _ = _read_meta_values(db)
+        if raw_identity is None:
+            identity = StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms())
+            state = StoreState()
+            batch = WriteBatch(raw_mode=True)
+            handle = db.get_column_family_handle(CF_META)
+            batch.put(META_IDENTITY, encode_identity(identity), handle)
+            batch.put(META_STATE, encode_state(state), handle)
+            db.write(batch)
+            del handle
+        else:
+            identity, state = cls._read_meta(db, path)
+            if (identity.topic, identity.partition) != (topic, partition):
+                db.close()
+                raise StoreCorruptError(
+                    f"store {path} belongs to {identity.topic}[{identity.partition}], not {topic}[{partition}]",
+                    "check --data-dir; never copy a store between partitions",
+                )
+        return cls(db, path, identity, state, writable=True)
+
+    @classmethod
+    def open_existing(cls, path: Path) -> DedupStore:
+        """Open an existing store for writing (maintenance verbs); refuses to create one."""
+        path = Path(path)
+        cls._require_store_dir(path)
+        cls._check_families(path)
+        options, families = store_options(create=False)
+        try:
+            db = Rdict(str(path), options=options, column_families=families)
+        except Exception as error:
+            raise _translate_open_error(path, error) from error
+        identity, state = cls._read_meta(db, path)
+        return cls(db, path, identity, state, writable=True)
+
+    @classmethod
+    def open_secondary(cls, path: Path) -> DedupStore:
+        """Open for reading without the writer's lock; works while a worker writes to the store."""
+        path = Path(path)
+        cls._require_store_dir(path)
+        cls._check_families(path)
+        options, families = store_options(create=False)
+        options.set_max_open_files(-1)  # required by secondary instances
+        scratch = tempfile.TemporaryDirectory(prefix="dedupectl-secondary-")
+        try:
+            db = Rdict(
+                str(path),
+                options=options,
+                column_families=families,
+                access_type=AccessType.secondary(scratch.name),
+            )
+            db.try_catch_up_with_primary()
+        except Exception as error:
+            scratch.cleanup()
+            raise _translate_open_error(path, error) from error
+        identity, state = cls._read_meta(db, path)
+        store = cls(db, path, identity, state, writable=False)
+        store._secondary_dir = scratch
+        return store
+
+    @staticmethod
+    def _require_store_dir(path: Path) -> None:
+        if not path.exists():
+            raise StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
+        if not (path / "CURRENT").exists():
+            raise StoreNotFoundError(
+                f"{path} is not a dedup store (no RocksDB database in it)", "check --data-dir and --partition"
+            )
+
+    @staticmethod
+    def _check_families(path: Path) -> None:
+        try:
+            families = set(Rdict.list_cf(str(path)))
+        except Exception as error:
+            raise _translate_open_error(path, error) from error
+        missing = set(COLUMN_FAMILIES) - families
+        if missing:
+            raise StoreNotFoundError(
+                f"{path} is a RocksDB database but not a dedup store (no {', '.join(sorted(missing))} family)",
+                "check --data-dir and --partition",
+            )
+
+    @staticmethod
+    def _read_meta(db: Rdict, path: Path) -> tuple[StoreIdentity, StoreState]:
+        """Decode and check the meta family; on any problem close ``db`` and raise."""
+        raw_identity, raw_state = _read_meta_values(db)
+        problem: StoreError | None = None
+        if raw_identity is None or raw_state is None:
+            problem = StoreCorruptError(
+                f"store {path} has no metadata", "restore it from a snapshot or rebuild it from the output topic"
+            )
+        else:
+            try:
+                identity = decode_identity(raw_identity)
+                state = decode_state(raw_state)
+            except (ValueError, KeyError, struct.error) as error:
+                problem = StoreCorruptError(
+                    f"store {path} has unreadable metadata ({error})",
+                    "restore it from a snapshot or rebuild it from the output topic",
+                )
+            else:
+                if identity.schema_version != SCHEMA_VERSION:
+                    problem = StoreVersionError(
+                        f"store {path} has schema version {identity.schema_version}; "
+                        f"this dedupectl reads version {SCHEMA_VERSION}",
+                        "use the dedupectl release that wrote it, or rebuild the store from the output topic",
+                    )
+        if problem is not None:
+            db.close()
+            raise problem
+        return identity, state
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> StoreState:
+        return self._state
+
+    def refresh(self) -> None:
+        """Secondary instances: catch up with the writer and reload the state."""
+        if not self.writable:
+            self._db.try_catch_up_with_primary()
+            raw = self._meta.get(META_STATE)
+            if raw is not None:
+                self._state = decode_state(raw)
+
+    def contains_many(self, ids: Sequence[bytes]) -> list[bool]:
+        """One multi-get: for each id, whether the store holds it."""
+        if not ids:
+            return []
+        return [value is not None for value in self._ids[list(ids)]]
+
+    def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
+        """Raw ``ids`` values (see codec) for each id, ``None`` where absent."""
+        return self._ids[list(ids)] if ids else []
+
+    @property
+    def db(self) -> Rdict:
+        """The underlying database, for the inspection and aging modules of this package."""
+        return self._db
+
+    def family(self, name: str) -> Rdict:
+        return {CF_IDS: self._ids, CF_SEQ: self._seq, CF_META: self._meta}[name]
+
+    def family_handle(self, name: str):
+        return {CF_IDS: self._ids_handle, CF_SEQ: self._seq_handle, CF_META: self._meta_handle}[name]
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def record(
+        self,
+        ids: Sequence[bytes],
+        timestamps_ms: Sequence[int],
+        *,
+        input_offset: int | None = None,
+        output_offset: int | None = None,
+    ) -> StoreState:
+        """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch.
+
+        The caller guarantees the ids are absent from the store and distinct.
+        """
+        self._require_writable()
+        state = self._state
+        batch = WriteBatch(raw_mode=True)
+        seq = state.next_seq
+        ids_handle, seq_handle = self._ids_handle, self._seq_handle
+        for message_id, timestamp_ms in zip(ids, timestamps_ms, strict=True):
+            batch.put(message_id, encode_id_value(seq, timestamp_ms), ids_handle)
+            batch.put(encode_seq(seq), message_id, seq_handle)
+            seq += 1
+        new_state = StoreState(
+            next_seq=seq,
+            first_live_seq=state.first_live_seq,
+            input_offset=state.input_offset if input_offset is None else max(input_offset, state.input_offset),
+            output_offset=state.output_offset if output_offset is None else max(output_offset, state.output_offset),
+        )
+        batch.put(META_STATE, encode_state(new_state), self._meta_handle)
+        self._db.write(batch)
+        self._state = new_state
+        return new_state
+
+    def write_state(self, state: StoreState, batch: WriteBatch | None = None) -> None:
+        """Persist ``state`` (optionally inside a caller's batch, which this then writes)."""
+        self._require_writable()
+        batch = batch if batch is not None else WriteBatch(raw_mode=True)
+        batch.put(META_STATE, encode_state(state), self._meta_handle)
+        self._db.write(batch)
+        self._state = state
+
+    def _require_writable(self) -> None:
+        if not self.writable:
+            raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
+
+    def flush(self) -> None:
+        self._db.flush(True)
+
+    def close(self) -> None:
+        # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
+        try:
+            for family in (self._ids, self._seq, self._meta):
+                family.close()
+            self._ids = self._seq = self._meta = None
+            self._ids_handle = self._seq_handle = self._meta_handle = None
+            self._db.close()
+        finally:
+            if self._secondary_dir is not None:
+                self._secondary_dir.cleanup()
+                self._secondary_dir = None
+
+    def __enter__(self) -> DedupStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

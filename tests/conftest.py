@@ -1,0 +1,39 @@
+"""Fixtures shared by every test package.
+
+Fixtures that start real servers live here, one per server, session-scoped: starting a server costs
+seconds and the machine has two cores, so each runs once per test session and tests isolate themselves by
+unique names (topics, groups, transactional ids) rather than by fresh servers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from dedupectl.devbroker import LocalBroker
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A real single-node Kafka broker (KRaft) on 127.0.0.1; use ``kafka_broker.bootstrap_servers``.
+
+    Topics are not auto-created: create each one a test needs, with a name from ``unique_name``.
+    """
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka-broker"))
+    broker.start()  # on failure start() stops what it spawned and raises with the broker's log tail
+    try:
+        yield broker
+    finally:  # also after failures and Ctrl-C: the broker runs in its own session and would outlive pytest
+        broker.stop()
+
+
+@pytest.fixture
+def unique_name() -> Callable[[str], str]:
+    """``unique_name("orders")`` -> ``"orders-1a2b3c4d"``: names that no other test (or rerun) shares."""
+
+    def make(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+    return make
