@@ -10,7 +10,7 @@ import os
 import struct
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import AccessType, Rdict, WriteBatch
@@ -33,7 +33,9 @@ from store.codec import (
     SCHEMA_VERSION,
     StoreIdentity,
     StoreState,
+    decode_id_value,
     decode_identity,
+    decode_seq,
     decode_state,
     encode_id_value,
     encode_identity,
@@ -249,6 +251,20 @@ class DedupStore:
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
         """Raw ``ids`` values (see codec) for each id, ``None`` where absent."""
         return self._ids[list(ids)] if ids else []
+
+    def lookup_many(self, ids: Sequence[bytes]) -> list[tuple[int, int] | None]:
+        """For each id, ``(seq, timestamp_ms)`` where present, else ``None``."""
+        return [None if value is None else decode_id_value(value) for value in self.get_many(ids)]
+
+    def iter_by_seq(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """``(seq, messageId)`` of live ids in sequence (publication) order, ``from_seq`` inclusive to
+        ``to_seq`` exclusive."""
+        start = max(self._state.first_live_seq, from_seq or 0)
+        for key, message_id in self._seq.items(from_key=encode_seq(start)):
+            seq = decode_seq(key)
+            if to_seq is not None and seq >= to_seq:
+                return
+            yield seq, message_id
 
     @property
     def db(self) -> Rdict:

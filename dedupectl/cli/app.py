@@ -19,6 +19,7 @@ from dedupectl.errors import DedupeError
 COMMAND_MODULES = (
     "dedupectl.cli.run_cmd",
     "dedupectl.cli.topics_cmd",
+    "dedupectl.cli.demo_cmd",
     "dedupectl.cli.dev_cmd",
 )
 

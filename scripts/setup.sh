@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything the project needs into .venv (idempotent; fast when already done):
+# the package with its dev extras from PyPI, and the Kafka broker jars from Maven Central.
+# Needs: python3.11+, java 17, maven. Usage: source scripts/setup.sh  (or bash scripts/setup.sh)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${DEDUPECTL_VENV:-$root/.venv}"
+for tool in python3 java mvn; do
+  command -v "$tool" >/dev/null || { echo "error: $tool is not installed (need Python 3.11+, Java 17, Maven)" >&2; exit 2; }
+done
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv"
+fi
+stamp="$venv/.installed-$(sha256sum "$root/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
+  touch "$stamp"
+fi
+"$venv/bin/dedupectl" dev fetch-kafka >/dev/null
+export PATH="$venv/bin:$PATH"

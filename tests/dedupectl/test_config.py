@@ -1,0 +1,89 @@
+"""Configuration: one resolution order, typed values, unknown keys refused, secrets redacted."""
+
+from pathlib import Path
+
+import pytest
+
+from dedupectl.config import REDACTED, resolve_kafka_config, resolve_worker_config
+from dedupectl.errors import ConfigError
+
+BASE = {"bootstrap_servers": "b:9092", "input_topic": "in", "output_topic": "out"}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "dedupectl.toml"
+    path.write_text(text)
+    return path
+
+
+def test_flags_override_environment_override_file(tmp_path):
+    config_file = write(
+        tmp_path,
+        'bootstrap_servers = "file:9092"\ninput_topic = "in"\noutput_topic = "out"\nbatch_max_messages = 10\n'
+        'batch_max_ms = 7\n[kafka]\n"socket.keepalive.enable" = true\n',
+    )
+    env = {"DEDUPECTL_BATCH_MAX_MESSAGES": "20", "DEDUPECTL_KAFKA_CLIENT_RACK": "rack-1"}
+    config = resolve_worker_config(config_file, env, {"batch_max_messages": 30, "bootstrap_servers": None})
+    assert config.kafka.bootstrap_servers == "file:9092"
+    assert config.batch_max_messages == 30
+    assert config.batch_max_ms == 7
+    assert config.kafka.settings == {"socket.keepalive.enable": "true", "client.rack": "rack-1"}
+    assert config.dead_letter_topic == "in.dead-letter"
+    assert config.group_id == "dedupectl.in"
+
+
+def test_config_is_frozen():
+    config = resolve_worker_config(env={}, flags=BASE)
+    with pytest.raises(AttributeError):
+        config.input_topic = "other"  # type: ignore[misc]
+
+
+def test_transactional_id_is_stable_per_worker():
+    first = resolve_worker_config(env={}, flags={**BASE, "worker_id": "w-1"})
+    again = resolve_worker_config(env={}, flags={**BASE, "worker_id": "w-1"})
+    other = resolve_worker_config(env={}, flags={**BASE, "worker_id": "w-2"})
+    assert first.transactional_id == again.transactional_id != other.transactional_id
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('input_topc = "x"\n', "unknown config key 'input_topc'"),
+        ("batch_max_ms = 'soon'\n", "batch_max_ms must be int"),
+        ('[kafka]\n"isolation.level" = "read_uncommitted"\n', "isolation.level are set by dedupectl itself"),
+        ("this is not toml", "is not valid TOML"),
+    ],
+)
+def test_bad_files_are_refused_with_the_key_named(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_worker_config(write(tmp_path, text), {}, BASE)
+
+
+def test_unknown_environment_variable_is_refused():
+    with pytest.raises(ConfigError, match="DEDUPECTL_BATCH_MAX_MESAGES"):
+        resolve_worker_config(env={"DEDUPECTL_BATCH_MAX_MESAGES": "1"}, flags=BASE)
+
+
+def test_missing_file_and_missing_required_values(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        resolve_worker_config(tmp_path / "nope.toml", {}, BASE)
+    with pytest.raises(ConfigError, match="bootstrap servers"):
+        resolve_kafka_config(env={}, flags={})
+    with pytest.raises(ConfigError, match="no output_topic"):
+        resolve_worker_config(env={}, flags={"bootstrap_servers": "b", "input_topic": "in"})
+    with pytest.raises(ConfigError, match="three different topics"):
+        resolve_worker_config(env={}, flags={**BASE, "output_topic": "in"})
+    with pytest.raises(ConfigError, match="batch_max_messages must be positive"):
+        resolve_worker_config(env={}, flags={**BASE, "batch_max_messages": 0})
+
+
+def test_secrets_never_appear_in_the_description(tmp_path):
+    env = {"DEDUPECTL_KAFKA_SASL_PASSWORD": "hunter2", "DEDUPECTL_KAFKA_SASL_USERNAME": "svc"}
+    config_file = write(tmp_path, '[kafka]\n"ssl.key.password" = "s3cret"\n"sasl.oauthbearer.client.secret" = "x1"\n')
+    config = resolve_worker_config(config_file, env, BASE)
+    described = repr(config.describe())
+    assert "hunter2" not in described and "s3cret" not in described and "x1" not in described
+    assert config.describe()["kafka"]["settings"]["sasl.password"] == REDACTED
+    assert config.describe()["kafka"]["settings"]["sasl.username"] == "svc"
+    # the real value still reaches the client
+    assert config.kafka.client_settings()["sasl.password"] == "hunter2"
