@@ -11,6 +11,8 @@ File layout::
     "security.protocol" = "SASL_SSL"
     "sasl.password" = "…"        # secrets never appear in logs, errors or --json output
 
+``timeout_s`` bounds every Kafka call (connecting, metadata, commits): an unreachable broker is reported after it.
+
 Environment: ``DEDUPECTL_<FIELD>`` for a field, ``DEDUPECTL_KAFKA_<NAME>`` for a librdkafka setting
 (``DEDUPECTL_KAFKA_SASL_PASSWORD`` → ``sasl.password``), ``DEDUPECTL_CONFIG`` for the file.
 """
@@ -125,7 +127,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "session_timeout_ms": int,
     "metrics_port": int,
     "metrics_host": str,
-    "kafka_timeout_s": float,
+    "timeout_s": float,
 }
 
 
@@ -212,9 +214,9 @@ def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
             "no Kafka bootstrap servers given",
             "pass --bootstrap-servers, set DEDUPECTL_BOOTSTRAP_SERVERS, or bootstrap_servers in the config file",
         )
-    timeout = fields.get("kafka_timeout_s") or 15.0
+    timeout = fields.get("timeout_s") or 15.0
     if timeout <= 0:
-        raise ConfigError(f"kafka_timeout_s must be positive, got {timeout}")
+        raise ConfigError(f"timeout_s must be positive, got {timeout}")
     return KafkaConfig(bootstrap_servers=bootstrap, settings=MappingProxyType(dict(kafka)), timeout_s=timeout)
 
 

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
 from dedupectl.config import KafkaConfig
-from dedupectl.errors import BrokerError, TopicError
+from dedupectl.errors import BrokerError, ConfigError, TopicError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
 
@@ -24,16 +24,27 @@ def _settings(kafka: KafkaConfig, extra: Mapping[str, Any]) -> dict[str, Any]:
     return {**kafka.client_settings(), "logger": librdkafka_log, **extra}
 
 
+def build_client(kind: type, settings: Mapping[str, Any]) -> Any:
+    """Construct a Consumer, Producer or AdminClient; a setting librdkafka rejects is a ConfigError."""
+    try:
+        return kind(dict(settings))
+    except KafkaException as error:
+        detail = error.args[0].str() if error.args else str(error)
+        raise ConfigError(
+            f"invalid Kafka client setting: {detail}", "fix it in [kafka] / -X / DEDUPECTL_KAFKA_*"
+        ) from error
+
+
 def admin_client(kafka: KafkaConfig) -> AdminClient:
-    return AdminClient(_settings(kafka, {}))
+    return build_client(AdminClient, _settings(kafka, {}))
 
 
 def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
-    return Consumer(_settings(kafka, extra))
+    return build_client(Consumer, _settings(kafka, extra))
 
 
 def make_producer(kafka: KafkaConfig, **extra: Any) -> Producer:
-    return Producer(_settings(kafka, extra))
+    return build_client(Producer, _settings(kafka, extra))
 
 
 def unreachable(kafka: KafkaConfig, detail: str) -> BrokerError:

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
-from dedupectl.kafka_clients import librdkafka_log, partition_counts
+from dedupectl.kafka_clients import build_client, librdkafka_log, partition_counts
 from dedupectl.messages import DeadLetter, extract_id
 from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
@@ -133,10 +133,17 @@ class Worker:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
         stop = stop or threading.Event()
         self._preflight()
-        from confluent_kafka import Consumer, Producer
-
         config = self.config
-        producer = Producer(
+        log.info(
+            "worker %s: %s -> %s (dead letters: %s), data in %s",
+            config.worker_id,
+            config.input_topic,
+            config.output_topic,
+            config.dead_letter_topic,
+            config.data_dir,
+        )
+        producer = build_client(
+            Producer,
             _client_settings(
                 config,
                 defaults={"linger.ms": 5, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000},
@@ -146,7 +153,7 @@ class Worker:
                     "acks": "all",
                     "transaction.timeout.ms": config.transaction_timeout_ms,
                 },
-            )
+            ),
         )
         try:
             producer.init_transactions(config.kafka.timeout_s)
@@ -155,7 +162,8 @@ class Worker:
                 f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
                 "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
             ) from error
-        consumer = Consumer(
+        consumer = build_client(
+            Consumer,
             _client_settings(
                 config,
                 defaults={"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024},
@@ -168,7 +176,7 @@ class Worker:
                     "enable.auto.commit": False,
                     "enable.auto.offset.store": False,
                 },
-            )
+            ),
         )
         self._producer, self._consumer = producer, consumer
         consumer.subscribe(
@@ -188,6 +196,11 @@ class Worker:
                 if on_progress is not None and now - last_report >= 1.0:
                     on_progress(self.summary)
                     last_report = now
+        except KafkaException as error:  # outside a transaction: nothing in hand was committed or recorded
+            raise BrokerError(
+                f"Kafka error: {error.args[0].str() if error.args else error}",
+                "restart the worker: recovery makes its stores agree with the output topic",
+            ) from error
         finally:
             self._shutdown()
         return self.summary

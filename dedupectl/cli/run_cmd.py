@@ -78,14 +78,6 @@ def run(
     if worker_config.metrics_port is not None:
         port = worker.metrics.serve(worker_config.metrics_port, worker_config.metrics_host)
         log.info("metrics on http://%s:%d/metrics", worker_config.metrics_host, port)
-    log.info(
-        "worker %s: %s -> %s (dead letters: %s), data in %s",
-        worker_config.worker_id,
-        worker_config.input_topic,
-        worker_config.output_topic,
-        worker_config.dead_letter_topic,
-        worker_config.data_dir,
-    )
     summary = worker.run(stop_on_signals(), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger())
     _render(summary, json_output)
 

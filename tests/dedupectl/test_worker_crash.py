@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import threading
-import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -77,7 +76,7 @@ def test_sigkill_at_awkward_points_neither_duplicates_nor_loses(make_pipeline, t
     assert not feeder.is_alive()
 
     final = pipeline.spawn_worker("crashy", data_dir, "--exit-on-idle", "5", "--json")
-    stdout, stderr = final.communicate(timeout=300)
+    _, stderr = final.communicate(timeout=300)
     assert final.returncode == 0, stderr[-2000:]
 
     expected = {record.key for record in records if record.kind == "new"}
