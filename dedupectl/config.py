@@ -34,8 +34,11 @@ from dedupectl.errors import ConfigError
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
-# Variables read elsewhere (the cache of fetched jars, fault injection in tests), not configuration fields.
-ENV_RESERVED = frozenset({"DEDUPECTL_CONFIG", "DEDUPECTL_CACHE_DIR", "DEDUPECTL_CRASHPOINT"})
+# Variables read elsewhere (scripts, the cache of fetched jars, the S3 endpoint, fault injection in tests), not
+# configuration fields: everything else under DEDUPECTL_ must be a field, so a typo is an error, not a no-op.
+ENV_RESERVED = frozenset(
+    {"DEDUPECTL_CONFIG", "DEDUPECTL_CACHE_DIR", "DEDUPECTL_CRASHPOINT", "DEDUPECTL_VENV", "DEDUPECTL_S3_ENDPOINT_URL"}
+)
 
 # librdkafka settings the worker must own for exactly-once to hold.
 KAFKA_KEYS_OWNED = frozenset(
@@ -50,6 +53,8 @@ KAFKA_KEYS_OWNED = frozenset(
         "enable.auto.commit",
         "enable.auto.offset.store",
         "enable.partition.eof",
+        "transaction.timeout.ms",  # set from transaction_timeout_ms
+        "session.timeout.ms",  # set from session_timeout_ms
     }
 )
 _SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|oauthbearer\.config|sasl\.jaas)", re.IGNORECASE)
@@ -214,7 +219,8 @@ def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
             "no Kafka bootstrap servers given",
             "pass --bootstrap-servers, set DEDUPECTL_BOOTSTRAP_SERVERS, or bootstrap_servers in the config file",
         )
-    timeout = fields.get("timeout_s") or 15.0
+    timeout = fields.get("timeout_s")
+    timeout = 15.0 if timeout is None else timeout
     if timeout <= 0:
         raise ConfigError(f"timeout_s must be positive, got {timeout}")
     return KafkaConfig(bootstrap_servers=bootstrap, settings=MappingProxyType(dict(kafka)), timeout_s=timeout)
@@ -271,7 +277,13 @@ def resolve_worker_config(
 
 
 def _validate(config: WorkerConfig) -> None:
-    for name in ("batch_max_messages", "batch_max_bytes", "batch_max_ms", "transaction_timeout_ms"):
+    for name in (
+        "batch_max_messages",
+        "batch_max_bytes",
+        "batch_max_ms",
+        "transaction_timeout_ms",
+        "session_timeout_ms",
+    ):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
     if config.value_format not in VALUE_FORMATS:

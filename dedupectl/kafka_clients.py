@@ -1,6 +1,6 @@
 """Kafka helpers: client construction, reachability and topic checks, topic creation.
 
-librdkafka's own log lines go to the ``dedupectl.librdkafka`` logger (silent unless --verbose): an
+librdkafka's own log lines go to the ``dedupectl.librdkafka`` logger (shown with --log-level debug): an
 unreachable broker should read as one clear error, not a screen of connection retries.
 """
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
@@ -56,7 +56,7 @@ class _Plan:
     """What one partition's share of a batch becomes."""
 
     partition: int
-    publish: list[tuple[bytes, Message]]
+    publish: list[tuple[bytes, Message, int]]  # (messageId, record, timestamp ms)
     dead: list[tuple[Message, DeadLetter]]
     consumed: int
     duplicates: int
@@ -247,7 +247,7 @@ class Worker:
             self._reader.close()
         if self._producer is not None:
             self._producer.flush(self.config.kafka.timeout_s)
-        self._status_path.unlink(missing_ok=True)
+        self._remove_status()
 
     # -- assignment ----------------------------------------------------------------------------------
 
@@ -288,6 +288,14 @@ class Worker:
         temporary.replace(self._status_path)
         self.summary.partitions = sorted(self._partitions)
 
+    def _remove_status(self) -> None:
+        """Delete the status file only if it is ours: a misconfigured twin must not erase a live worker's."""
+        try:
+            if json.loads(self._status_path.read_text()).get("pid") == os.getpid():
+                self._status_path.unlink()
+        except (OSError, ValueError):
+            pass
+
     # -- the batch loop ------------------------------------------------------------------------------
 
     def _collect(self, consumer) -> list[Message]:
@@ -305,8 +313,13 @@ class Worker:
             for message in got:
                 error = message.error()
                 if error is not None:
-                    if error.fatal():
-                        raise BrokerError(f"consumer failed: {error.str()}")
+                    # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
+                    # error.fatal() is False for it: without this the fenced worker would idle holding its stores
+                    if error.fatal() or error.code() == KafkaError._FATAL:
+                        raise FencedError(
+                            f"this worker was fenced out of its group ({error.str()})",
+                            "another worker with the same worker_id is running: give each worker its own",
+                        )
                     log.warning("consumer: %s", error.str())
                     continue
                 batch.append(message)
@@ -340,8 +353,8 @@ class Worker:
             store = self._partitions[plan.partition].store
             last_output = output_offsets.get(plan.partition)
             state = store.record(
-                [message_id for message_id, _ in plan.publish],
-                [_timestamp_ms(message) for _, message in plan.publish],
+                [published[0] for published in plan.publish],
+                [published[2] for published in plan.publish],
                 input_offset=plan.next_input_offset,
                 output_offset=None if last_output is None else last_output + 1,
             )
@@ -352,10 +365,11 @@ class Worker:
 
     def _plan(self, owned: _Partition, messages: list[Message]) -> _Plan:
         value_format, id_field = self.config.value_format, self.config.id_field
-        candidates: list[tuple[bytes, Message]] = []
+        candidates: list[tuple[bytes, Message, int]] = []
         dead: list[tuple[Message, DeadLetter]] = []
         seen: set[bytes] = set()
         repeats = 0
+        now_ms = int(time.time() * 1000)
         for message in messages:  # the hot loop: keep it to local names
             try:
                 message_id = extract_id(message.key(), message.value(), value_format, id_field)
@@ -366,8 +380,9 @@ class Worker:
                 repeats += 1
                 continue
             seen.add(message_id)
-            candidates.append((message_id, message))
-        present = owned.store.contains_many([message_id for message_id, _ in candidates])
+            kind, timestamp = message.timestamp()
+            candidates.append((message_id, message, timestamp if kind and timestamp > 0 else now_ms))
+        present = owned.store.contains_many([candidate[0] for candidate in candidates])
         publish = [candidate for candidate, known in zip(candidates, present, strict=True) if not known]
         return _Plan(
             partition=owned.number,
@@ -391,28 +406,38 @@ class Worker:
 
         try:
             producer.begin_transaction()
-            output_topic = config.output_topic
+            output_topic, produce = config.output_topic, producer.produce
             for plan in plans:
                 partition, publish = plan.partition, plan.publish
                 last = len(publish) - 1
-                for index, (message_id, message) in enumerate(publish):
-                    kind, timestamp = message.timestamp()
-                    self._produce(
-                        output_topic,
-                        message.value(),
-                        message_id,
-                        partition,
-                        message.headers(),
-                        timestamp if kind and timestamp > 0 else 0,
-                        remember if index == last else None,
-                    )
+                for index, (message_id, message, timestamp) in enumerate(publish):
+                    try:  # inline, not a helper call: this runs once per published record
+                        produce(
+                            output_topic,
+                            message.value(),
+                            message_id,
+                            partition,
+                            on_delivery=remember if index == last else None,
+                            timestamp=timestamp,
+                            headers=message.headers(),
+                        )
+                    except BufferError:
+                        self._produce_when_room(
+                            output_topic,
+                            message.value(),
+                            message_id,
+                            partition,
+                            on_delivery=remember if index == last else None,
+                            timestamp=timestamp,
+                            headers=message.headers(),
+                        )
                 for message, reason in plan.dead:
-                    self._produce(
+                    self._produce_when_room(
                         config.dead_letter_topic,
                         message.value(),
                         message.key(),
                         partition % self._dead_letter_partitions,
-                        _dead_letter_headers(message, reason),
+                        headers=_dead_letter_headers(message, reason),
                     )
             self._crashpoint("after-produce")
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
@@ -437,12 +462,10 @@ class Worker:
         self.metrics.transactions.labels("committed").inc()
         return last_offsets
 
-    def _produce(self, topic, value, key, partition, headers, timestamp=0, on_delivery=None) -> None:
+    def _produce_when_room(self, topic: str, *args, **kwargs) -> None:
         while True:
             try:
-                self._producer.produce(
-                    topic, value, key, partition, on_delivery=on_delivery, timestamp=timestamp, headers=headers
-                )
+                self._producer.produce(topic, *args, **kwargs)
                 return
             except BufferError:  # local queue full: let librdkafka deliver some, then retry
                 self._producer.poll(0.05)
@@ -509,11 +532,6 @@ class Worker:
         metrics.duplicates.labels(label).inc(plan.duplicates)
         metrics.dead_letters.labels(label).inc(dead)
         metrics.store_keys.labels(label).set(store_keys)
-
-
-def _timestamp_ms(message: Message) -> int:
-    kind, value = message.timestamp()
-    return value if kind and value > 0 else int(time.time() * 1000)
 
 
 def _dead_letter_headers(message: Message, reason: DeadLetter) -> list[tuple[str, bytes]]:

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install everything the project needs into .venv (idempotent; fast when already done):
 # the package with its dev extras from PyPI, and the Kafka broker jars from Maven Central.
-# Needs: python3.11+, java 17, maven. Usage: source scripts/setup.sh  (or bash scripts/setup.sh)
+# Needs: python3.11+, java 17, maven. Usage: bash scripts/setup.sh (demo.sh, test.sh and bench.sh source it).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${DEDUPECTL_VENV:-$root/.venv}"
 for tool in python3 java mvn; do
   command -v "$tool" >/dev/null || { echo "error: $tool is not installed (need Python 3.11+, Java 17, Maven)" >&2; exit 2; }
 done
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "error: python3 is $(python3 -V 2>&1); dedupectl needs 3.11+" >&2; exit 2; }
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi

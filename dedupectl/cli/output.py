@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 console = Console()
@@ -46,4 +47,5 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
 
 
 def print_error(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # escape: messages quote config like "[kafka]", which rich would otherwise eat as markup
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)

@@ -64,3 +64,25 @@ def test_stalled_worker_is_fenced_and_no_duplicate_reaches_the_output(make_pipel
     expected = {record.key for record in records if record.kind == "new"}
     check = check_output(pipeline.kafka, pipeline.output_topic, expected)
     assert check.exactly_once, check
+
+
+def test_a_twin_with_the_same_worker_id_fences_the_first_out(make_pipeline, tmp_path):
+    pipeline = make_pipeline(partitions=1)
+    records = list(generate(SampleSpec(2_000, duplicate_ratio=0.05, seed=9)))
+    pipeline.produce((record.key, record.value) for record in records)
+    first = pipeline.spawn_worker("twin", tmp_path / "a")
+    try:
+        wait_for(lambda: output_end_offsets(pipeline) > 0, 60, "the first worker to publish")
+        second = pipeline.spawn_worker("twin", tmp_path / "b", "--exit-on-idle", "4")
+        _, first_err = first.communicate(timeout=90)
+        _, second_err = second.communicate(timeout=90)
+    finally:
+        for worker in (first,):
+            if worker.poll() is None:
+                worker.kill()
+    lines = [line for line in first_err.splitlines() if line.startswith("error:")]
+    assert first.returncode == 2, first_err[-2000:]
+    assert lines and "fenced" in lines[-1] and "worker_id" in lines[-1], first_err[-2000:]
+    assert second.returncode == 0, second_err[-2000:]
+    expected = {record.key for record in records if record.kind == "new"}
+    assert check_output(pipeline.kafka, pipeline.output_topic, expected).exactly_once
