@@ -100,6 +100,9 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
     metrics_host: str = "0.0.0.0"
+    snapshot_every_s: float | None = None  # periodic snapshots of every held partition (None: on request only)
+    snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
+    snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
 
     @property
     def transactional_id(self) -> str:
@@ -133,6 +136,9 @@ _WORKER_FIELDS: dict[str, type] = {
     "metrics_port": int,
     "metrics_host": str,
     "timeout_s": float,
+    "snapshot_every": str,
+    "snapshot_to": str,
+    "snapshot_keep": int,
 }
 
 
@@ -271,9 +277,20 @@ def resolve_worker_config(
             )
             if fields.get(key) is not None
         },
+        snapshot_every_s=_duration(fields.get("snapshot_every")),
+        snapshot_to=fields.get("snapshot_to"),
+        snapshot_keep=fields.get("snapshot_keep"),
     )
     _validate(config)
     return config
+
+
+def _duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from snapshots.schedule import parse_duration  # config stays importable without the snapshot stack
+
+    return parse_duration(text, "snapshot_every")
 
 
 def _validate(config: WorkerConfig) -> None:
@@ -288,6 +305,8 @@ def _validate(config: WorkerConfig) -> None:
             raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
     if config.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
+    if config.snapshot_keep is not None and config.snapshot_keep < 1:
+        raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be 0-65535, got {config.metrics_port}")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", config.worker_id):

@@ -63,3 +63,31 @@ class DataDirError(DedupeError):
 
 class LocalBrokerError(DedupeError):
     """The project's local development broker could not be fetched, started or stopped."""
+
+
+class SnapshotError(DedupeError):
+    """A snapshot could not be taken, published, listed, restored or pruned."""
+
+
+class SnapshotNotFoundError(SnapshotError):
+    """No snapshot with that id at that destination."""
+
+
+class SnapshotCorruptError(SnapshotError):
+    """A snapshot's file is missing, truncated or fails its checksum."""
+
+
+class CloudError(DedupeError):
+    """An AWS call (S3, EC2) failed: credentials, permissions, missing resources, wrong state."""
+
+
+class ReattachError(DedupeError):
+    """A volume cannot be moved safely (wrong partition, wrong zone, a live worker)."""
+
+
+class RangeError(DedupeError):
+    """An offset or time range is malformed, reversed, or holds no records."""
+
+
+class SparkError(DedupeError):
+    """A Spark job could not start (Java, the Kafka connector jars, the master) or failed."""

@@ -35,6 +35,7 @@ from dedupectl.messages import DeadLetter, extract_id
 from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
+from snapshots.schedule import ScheduleConfig, SnapshotSchedule
 from store.dedup_store import DedupStore
 from store.layout import store_path
 
@@ -120,6 +121,12 @@ class Worker:
         self._producer = None
         self._idle_since: float | None = None
         self._reader: OutputReader | None = None
+        # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
+        self._snapshots = SnapshotSchedule(
+            config.data_dir,
+            config.input_topic,
+            ScheduleConfig(every_s=config.snapshot_every_s, destination=config.snapshot_to, keep=config.snapshot_keep),
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -193,6 +200,7 @@ class Worker:
                     self._idle_since = now
                 elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
                     break
+                self._snapshots.maybe_run({number: owned.store for number, owned in self._partitions.items()})
                 if on_progress is not None and now - last_report >= 1.0:
                     on_progress(self.summary)
                     last_report = now
@@ -236,6 +244,7 @@ class Worker:
         self._dead_letter_partitions = counts[config.dead_letter_topic]
 
     def _shutdown(self) -> None:
+        self._snapshots.close(timeout_s=30)
         if self._consumer is not None:
             try:
                 self._consumer.close()

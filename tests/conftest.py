@@ -37,3 +37,27 @@ def unique_name() -> Callable[[str], str]:
         return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
     return make
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint_url() -> Iterator[str]:
+    """A local moto server (S3, EC2/EBS, …) on 127.0.0.1 for the whole session; yields its endpoint URL.
+
+    It holds no credentials of its own: tests that call it set dummy AWS credentials in their environment
+    (monkeypatch), and isolate themselves by unique bucket names and fresh volumes/instances.
+    """
+    import logging
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per AWS call is noise
+    with socket.socket() as probe:  # a free port; the server binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.run_cmd",
     "dedupectl.cli.topics_cmd",
     "dedupectl.cli.demo_cmd",
+    "dedupectl.cli.snapshot_cmds",
     "dedupectl.cli.dev_cmd",
 )
 

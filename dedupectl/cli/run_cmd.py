@@ -41,6 +41,15 @@ def run(
     value_format: str | None = typer.Option(None, help="json (values must be JSON objects) or raw."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),
+    snapshot_every: str | None = typer.Option(
+        None, "--snapshot-every", help="Snapshot every held partition this often, e.g. 1h (failures never stop it)."
+    ),
+    snapshot_to: str | None = typer.Option(
+        None, "--snapshot-to", help="Snapshot destination: a directory, s3://bucket/prefix or ebs:vol-…"
+    ),
+    snapshot_keep: int | None = typer.Option(
+        None, "--snapshot-keep", help="Keep the newest N snapshots per partition."
+    ),
     kafka_setting: list[str] | None = KafkaSettingOption,
     exit_on_idle: float | None = typer.Option(
         None, "--exit-on-idle", help="Exit 0 after this many seconds without input (batch jobs, demos)."
@@ -71,6 +80,9 @@ def run(
             "value_format": value_format,
             "metrics_port": metrics_port,
             "metrics_host": metrics_host,
+            "snapshot_every": snapshot_every,
+            "snapshot_to": snapshot_to,
+            "snapshot_keep": snapshot_keep,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )

@@ -1,0 +1,387 @@
+"""``dedupectl snapshot create|list|verify|restore|prune`` and ``dedupectl reattach``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from dedupectl.cli.common import JsonOption
+from dedupectl.cli.output import err_console, print_json, print_table
+from dedupectl.errors import ConfigError
+from snapshots.backends import AwsOptions
+from snapshots.backends.aws import S3_ENDPOINT_ENV
+from snapshots.catalog import list_snapshots, prune_snapshots, require_ok, verify_snapshot
+from snapshots.create import create_snapshots
+from snapshots.reattach import ReattachRequest, Step, reattach_volume
+from snapshots.restore import restore_snapshot, restore_volume
+from snapshots.schedule import parse_duration
+
+snapshot_app = typer.Typer(
+    help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
+)
+
+DataDirOption = typer.Option(
+    Path("dedupectl-data"), "--data-dir", "-d", envvar="DEDUPECTL_DATA_DIR", help="Where partition stores live."
+)
+TopicOption = typer.Option(None, "--topic", "-t", help="Input topic (default: the only one in the data directory).")
+FromOption = typer.Option(
+    None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
+)
+EndpointOption = typer.Option(
+    None, "--endpoint-url", help=f"AWS endpoint for S3 and EC2 (or {S3_ENDPOINT_ENV} / AWS_ENDPOINT_URL)."
+)
+RegionOption = typer.Option(None, "--region", help="AWS region (or AWS_DEFAULT_REGION).")
+
+
+class RichTransferProgress:
+    """Bytes, rate and ETA on stderr, so --json stdout stays clean."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._task: TaskID | None = None
+
+    def start(self, label: str, total_bytes: int) -> None:
+        if self._task is None:
+            self._progress.start()
+        else:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(label, total=max(total_bytes, 1))
+
+    def advance(self, nbytes: int) -> None:
+        if self._task is not None:
+            self._progress.advance(self._task, nbytes)
+
+    def finish(self) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+            self._task = None
+            self._progress.stop()
+
+
+def _human_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+def _human_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(seconds, 0)
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _aws(endpoint_url: str | None, region: str | None) -> AwsOptions:
+    return AwsOptions(region=region, endpoint_url=endpoint_url)
+
+
+@snapshot_app.command("create")
+def create(
+    partition: list[int] | None = typer.Option(None, "--partition", "-p", help="Partition to snapshot (repeatable)."),
+    all_partitions: bool = typer.Option(False, "--all", help="Snapshot every partition store in the data directory."),
+    to: str | None = typer.Option(
+        None, "--to", help="Destination: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:vol-…."
+    ),
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for a live worker to take the checkpoint."),
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Checkpoint partition stores (while their worker runs) and publish them with a manifest.
+
+    A live worker takes the checkpoint itself between batches; an idle store is checkpointed here.
+
+    Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
+    """
+    if bool(partition) == all_partitions:
+        raise ConfigError("pass --partition P (repeatable) or --all", "e.g. dedupectl snapshot create --partition 3")
+    progress = RichTransferProgress()
+    created = create_snapshots(
+        data_dir,
+        topic=topic,
+        partitions=None if all_partitions else list(partition or []),
+        destination=to,
+        aws=_aws(endpoint_url, region),
+        wait_s=wait,
+        progress=progress,
+    )
+    if json_output:
+        print_json(created)
+        return
+    print_table(
+        "snapshots created",
+        ["id", "partition", "offsets (in / out)", "ids", "size", "window", "location"],
+        [
+            (
+                c.snapshot_id,
+                c.partition,
+                f"{c.input_offset} / {c.output_offset}",
+                f"{c.id_count:,}",
+                _human_bytes(c.total_bytes),
+                _human_age(c.effective_window_s),
+                c.location,
+            )
+            for c in created
+        ],
+    )
+
+
+@snapshot_app.command("list")
+def list_(
+    source: str | None = FromOption,
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: int | None = typer.Option(None, "--partition", "-p", help="Only this partition."),
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """List complete snapshots, oldest first per partition.
+
+    Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
+    """
+    infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=_aws(endpoint_url, region))
+    if json_output:
+        print_json(infos)
+        return
+    now = time.time()
+    print_table(
+        f"snapshots in {source or data_dir / 'snapshots'}",
+        ["id", "partition", "offsets in / out", "ids", "size", "age", "state"],
+        [
+            (
+                i.snapshot_id,
+                i.partition,
+                f"{i.input_offset} / {i.output_offset}",
+                f"{i.id_count:,}",
+                _human_bytes(i.total_bytes),
+                _human_age(now - i.created_ms / 1000),
+                f"{i.state} ({i.location})" if i.location.startswith("snap-") else i.state,
+            )
+            for i in infos
+        ],
+    )
+
+
+@snapshot_app.command("verify")
+def verify(
+    snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
+    source: str | None = FromOption,
+    data_dir: Path = DataDirOption,
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Re-check every file of a snapshot against its manifest (size and SHA-256); exit 2 naming a bad file.
+
+    Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
+    """
+    report = verify_snapshot(
+        source, snapshot_id, data_dir=data_dir, aws=_aws(endpoint_url, region), progress=RichTransferProgress()
+    )
+    if json_output:
+        print_json({**asdict(report), "ok": report.ok})
+    else:
+        rows = [
+            ("snapshot", report.snapshot_id),
+            ("location", report.location),
+            ("files checked", report.files_checked),
+            ("bytes checked", _human_bytes(report.bytes_checked)),
+            ("result", "ok" if report.ok else f"{len(report.problems)} problem(s)"),
+            *(("problem", problem) for problem in report.problems),
+        ]
+        if report.note:
+            rows.append(("note", report.note))
+        print_table("snapshot verify", ["check", "value"], rows)
+    require_ok(report)
+
+
+@snapshot_app.command("restore")
+def restore(
+    snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
+    source: str | None = FromOption,
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", "-d", envvar="DEDUPECTL_DATA_DIR", help="Data directory to restore the store into."
+    ),
+    replace: bool = typer.Option(False, "--replace", help="Move an existing (stopped) store aside and replace it."),
+    availability_zone: str | None = typer.Option(
+        None, "--availability-zone", help="EBS snapshots: create a volume from it in this zone."
+    ),
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Verify a snapshot and place it as its partition's store; the worker's recovery then catches it up.
+
+    Refuses while a live worker serves the partition; never changes anything when a file is bad.
+
+    Example: dedupectl snapshot restore events-3-20260101T120000.000Z --from s3://backups/dedupectl -d /data
+    """
+    aws = _aws(endpoint_url, region)
+    if availability_zone is not None:
+        volume = restore_volume(source or "ebs:", snapshot_id, availability_zone, aws=aws)
+        if json_output:
+            print_json(volume)
+            return
+        print_table(
+            "volume created from snapshot",
+            ["snapshot", "EBS snapshot", "volume", "zone", "next"],
+            [
+                (
+                    volume.snapshot_id,
+                    volume.ebs_snapshot_id,
+                    volume.volume_id,
+                    volume.availability_zone,
+                    f"attach it (dedupectl reattach --volume {volume.volume_id} …), mount it, then "
+                    f"snapshot restore {snapshot_id} --from <mount>/snapshots",
+                )
+            ],
+        )
+        return
+    if data_dir is None:
+        raise ConfigError("restore needs --data-dir (or DEDUPECTL_DATA_DIR)", "where to place the store")
+    result = restore_snapshot(source, snapshot_id, data_dir, replace=replace, aws=aws, progress=RichTransferProgress())
+    if json_output:
+        print_json(result)
+        return
+    rows = [
+        ("snapshot", result.snapshot_id),
+        ("store", result.store_path),
+        ("partition", f"{result.topic}[{result.partition}]"),
+        ("ids", f"{result.id_count:,}"),
+        ("files verified", f"{result.files} ({_human_bytes(result.total_bytes)})"),
+        ("output offset", f"{result.output_offset}: the worker recovers from here on start"),
+        ("seconds", f"{result.seconds:.1f}"),
+    ]
+    if result.moved_aside is not None:
+        rows.append(("previous store kept at", result.moved_aside))
+    print_table("snapshot restored", ["", ""], rows)
+
+
+@snapshot_app.command("prune")
+def prune(
+    source: str | None = FromOption,
+    keep: int | None = typer.Option(None, "--keep", help="Keep the newest N snapshots of each partition."),
+    older_than: str | None = typer.Option(None, "--older-than", help="Delete snapshots older than this (7d, 12h)."),
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: int | None = typer.Option(None, "--partition", "-p", help="Only this partition."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be deleted; delete nothing."),
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Delete old snapshots; the newest of each partition is always kept.
+
+    Also removes uploads that never finished (no manifest) once they are a day old.
+
+    With both --keep and --older-than, a snapshot goes only when it is beyond the newest N and that old.
+
+    Example: dedupectl snapshot prune --from s3://backups/dedupectl --keep 24 --older-than 7d
+    """
+    result = prune_snapshots(
+        source,
+        keep=keep,
+        older_than_s=None if older_than is None else parse_duration(older_than, "--older-than"),
+        data_dir=data_dir,
+        topic=topic,
+        partition=partition,
+        dry_run=dry_run,
+        aws=_aws(endpoint_url, region),
+    )
+    if json_output:
+        print_json(result)
+        return
+    verb = "would delete" if dry_run else "deleted"
+    rows = [(verb, i.snapshot_id, i.partition, i.location) for i in result.deleted]
+    rows += [(f"{verb} (incomplete)", name, "", "") for name in result.incomplete_deleted]
+    rows += [("kept", i.snapshot_id, i.partition, i.location) for i in result.kept]
+    print_table(f"snapshot prune: {len(result.deleted)} {verb}", ["action", "id", "partition", "location"], rows)
+
+
+def _print_step(step: Step) -> None:
+    mark = {"done": "[green]✓[/]", "planned": "[cyan]…[/]", "skipped": "[yellow]-[/]"}.get(step.status, "")
+    err_console.print(f"{mark} {step.name} ({step.seconds:.1f}s): {step.detail}", highlight=False)
+
+
+def reattach(
+    partition: int = typer.Option(..., "--partition", "-p", help="The partition the volume holds."),
+    volume: str = typer.Option(..., "--volume", help="EBS volume id (vol-…)."),
+    to_instance: str = typer.Option(..., "--to-instance", help="Instance to attach it to (i-…)."),
+    topic: str | None = typer.Option(None, "--topic", "-t", help="Input topic (checked against the volume's tag)."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", "-d", help="The volume's mount here: check its store and worker status files."
+    ),
+    device: str = typer.Option("/dev/sdf", "--device", help="Device name on the target instance."),
+    stop_worker: bool = typer.Option(False, "--stop-worker", help="SIGTERM the partition's live worker and wait."),
+    unmount: bool = typer.Option(False, "--unmount", help="umount the data directory's filesystem before detaching."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Run the checks and print the plan; change nothing."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for each detach/attach."),
+    poll_interval: float = typer.Option(2.0, "--poll-interval", help="Seconds between EC2 state checks."),
+    endpoint_url: str | None = EndpointOption,
+    region: str | None = RegionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Move a partition's EBS volume to another instance: check, (stop the worker,) detach, attach.
+
+    Example: dedupectl reattach --partition 3 --volume vol-0abc --to-instance i-0def -d /var/lib/dedupectl
+    """
+    request = ReattachRequest(
+        partition=partition,
+        volume_id=volume,
+        to_instance=to_instance,
+        topic=topic,
+        data_dir=data_dir,
+        device=device,
+        stop_worker=stop_worker,
+        unmount=unmount,
+        dry_run=dry_run,
+        timeout_s=timeout,
+        poll_s=poll_interval,
+    )
+    result = reattach_volume(request, aws=_aws(endpoint_url, region), on_step=_print_step)
+    if json_output:
+        print_json(result)
+        return
+    title = "reattach plan (dry run)" if result.dry_run else f"reattached in {result.total_seconds:.1f}s"
+    print_table(
+        f"{title}: {result.volume_id} {result.from_instance or '-'} -> {result.to_instance}",
+        ["step", "status", "seconds", "detail"],
+        [(s.name, s.status, f"{s.seconds:.2f}", s.detail) for s in result.steps],
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(snapshot_app, name="snapshot")
+    app.command("reattach")(reattach)

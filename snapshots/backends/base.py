@@ -1,0 +1,81 @@
+"""What every snapshot destination offers, and the records they return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from snapshots.manifest import Manifest
+from snapshots.progress import TransferProgress
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One row of ``snapshot list``."""
+
+    snapshot_id: str
+    topic: str
+    partition: int
+    input_offset: int
+    output_offset: int
+    id_count: int
+    total_bytes: int
+    created_ms: int
+    location: str  # a directory, an s3:// URL, or an EBS snapshot id
+    state: str = "complete"  # EBS snapshots: pending, completed, error
+
+    @classmethod
+    def from_manifest(cls, manifest: Manifest, location: str) -> SnapshotInfo:
+        return cls(
+            snapshot_id=manifest.snapshot_id,
+            topic=manifest.topic,
+            partition=manifest.partition,
+            input_offset=manifest.input_offset,
+            output_offset=manifest.output_offset,
+            id_count=manifest.id_count,
+            total_bytes=manifest.total_bytes,
+            created_ms=manifest.created_ms,
+            location=location,
+        )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    snapshot_id: str
+    location: str
+    files_checked: int
+    bytes_checked: int
+    problems: tuple[str, ...]  # one line each, naming the file
+    note: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class Backend(Protocol):
+    kind: str
+
+    def describe(self) -> str:
+        """The destination as the operator wrote it (path, s3:// URL, ebs:…)."""
+        ...
+
+    def check_writable(self) -> None:
+        """Fail now, before any checkpoint is taken, if publishing here cannot work."""
+        ...
+
+    def publish(self, checkpoint_dir: Path, manifest: Manifest, progress: TransferProgress) -> str:
+        """Store the checkpoint's files and then the manifest; return the snapshot's location. May consume
+        (move) ``checkpoint_dir``."""
+        ...
+
+    def list(self) -> list[SnapshotInfo]: ...
+
+    def list_incomplete(self) -> list[str]:
+        """Ids of publishes that never finished (no manifest)."""
+        ...
+
+    def verify(self, snapshot_id: str, progress: TransferProgress) -> VerifyReport: ...
+
+    def delete(self, snapshot_id: str) -> None: ...

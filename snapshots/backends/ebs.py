@@ -1,0 +1,245 @@
+"""Snapshots as EC2 snapshots of the EBS volume that holds the data directory (``--to ebs:vol-…``).
+
+The checkpoint is first published on the volume itself (``<data_dir>/snapshots/<id>``, hard links: free),
+then the volume is snapshotted. An EBS snapshot is point-in-time from the moment ``CreateSnapshot`` returns,
+so the on-volume copy is removed right after: the EC2 snapshot holds it, with its manifest, and its tags
+carry the manifest's summary (topic, partition, offsets, id count) for listing. To restore, create a volume
+from it (``snapshot restore ID --from ebs: --availability-zone …``), attach and mount it, then restore
+``<mount>/snapshots/<id>`` like any local snapshot, which checks every file.
+
+Volumes are tagged ``dedupectl:topic`` and ``dedupectl:partition`` (comma-separated when a worker serves
+several); a volume tagged for other partitions is refused.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from dedupectl import __version__
+from dedupectl.errors import CloudError, SnapshotError, SnapshotNotFoundError
+from snapshots.backends.aws import AwsOptions, aws_errors
+from snapshots.backends.base import SnapshotInfo, VerifyReport
+from snapshots.backends.local import LocalBackend
+from snapshots.manifest import Manifest
+from snapshots.progress import TransferProgress
+
+TAG_PREFIX = "dedupectl:"
+TAG_SNAPSHOT_ID = "dedupectl:snapshot-id"
+TAG_TOPIC = "dedupectl:topic"
+TAG_PARTITION = "dedupectl:partition"
+ON_VOLUME_DIR = "snapshots"
+
+
+def tags_of(resource: dict) -> dict[str, str]:
+    return {tag["Key"]: tag["Value"] for tag in resource.get("Tags", [])}
+
+
+def tagged_partitions(tags: dict[str, str]) -> set[int] | None:
+    """The partitions a volume's tags name, or None when it carries no partition tag."""
+    raw = tags.get(TAG_PARTITION)
+    if raw is None:
+        return None
+    try:
+        return {int(part) for part in raw.split(",") if part.strip()}
+    except ValueError as error:
+        raise CloudError(f"unreadable {TAG_PARTITION} tag {raw!r}", "tag it as 3 or 3,7") from error
+
+
+def describe_volume(ec2, volume_id: str) -> dict:
+    with aws_errors("ec2:DescribeVolumes", volume_id):
+        volumes = ec2.describe_volumes(VolumeIds=[volume_id])["Volumes"]
+    if not volumes:
+        raise CloudError(f"{volume_id} does not exist", "check the id and the region (--region)")
+    return volumes[0]
+
+
+def wait_for(check, what: str, timeout_s: float, poll_s: float) -> float:
+    """Poll ``check()`` until true; returns the seconds waited."""
+    started = time.monotonic()
+    while not check():
+        if time.monotonic() - started > timeout_s:
+            raise CloudError(f"timed out after {timeout_s:.0f}s waiting for {what}", "check the AWS console, retry")
+        time.sleep(poll_s)
+    return time.monotonic() - started
+
+
+class EbsBackend:
+    kind = "ebs"
+
+    def __init__(self, volume_id: str | None, aws: AwsOptions, data_dir: Path | None = None) -> None:
+        self.volume_id = volume_id
+        self.data_dir = data_dir
+        self._aws = aws
+        self._ec2 = None
+        self.poll_s = 2.0
+        self.timeout_s = 600.0
+
+    def describe(self) -> str:
+        return f"ebs:{self.volume_id or ''}"
+
+    @property
+    def ec2(self):
+        if self._ec2 is None:
+            self._ec2 = self._aws.client("ec2")
+        return self._ec2
+
+    def _require_volume(self) -> str:
+        if not self.volume_id:
+            raise SnapshotError(
+                "ebs: needs the id of the volume that holds the data directory",
+                "write the destination as ebs:vol-0123… (there is no instance metadata to find it)",
+            )
+        return self.volume_id
+
+    def check_writable(self) -> None:
+        describe_volume(self.ec2, self._require_volume())
+        if self.data_dir is None:
+            raise SnapshotError("ebs: snapshots need --data-dir (the volume's mount)")
+
+    def check_partition(self, topic: str, partition: int) -> None:
+        """Refuse a volume tagged for another topic or other partitions (untagged volumes pass)."""
+        tags = tags_of(describe_volume(self.ec2, self._require_volume()))
+        partitions = tagged_partitions(tags)
+        tagged_topic = tags.get(TAG_TOPIC)
+        if (tagged_topic is not None and tagged_topic != topic) or (
+            partitions is not None and partition not in partitions
+        ):
+            shown = ",".join(str(p) for p in sorted(partitions or ())) or "?"
+            raise SnapshotError(
+                f"volume {self.volume_id} is tagged for {tagged_topic or '?'} partition(s) {shown}, "
+                f"not {topic} partition {partition}",
+                "pass the volume that holds this partition's data directory",
+            )
+
+    def publish(self, checkpoint_dir: Path, manifest: Manifest, progress: TransferProgress) -> str:
+        volume_id = self._require_volume()
+        self.check_partition(manifest.topic, manifest.partition)
+        on_volume = LocalBackend(Path(self.data_dir) / ON_VOLUME_DIR, link=True)
+        on_volume.check_writable()
+        on_volume.publish(checkpoint_dir, manifest, progress)
+        tags = {
+            "Name": manifest.snapshot_id,
+            TAG_SNAPSHOT_ID: manifest.snapshot_id,
+            TAG_TOPIC: manifest.topic,
+            TAG_PARTITION: str(manifest.partition),
+            "dedupectl:input-offset": str(manifest.input_offset),
+            "dedupectl:output-offset": str(manifest.output_offset),
+            "dedupectl:id-count": str(manifest.id_count),
+            "dedupectl:total-bytes": str(manifest.total_bytes),
+            "dedupectl:created-ms": str(manifest.created_ms),
+            "dedupectl:checkpoint-path": f"{ON_VOLUME_DIR}/{manifest.snapshot_id}",
+            "dedupectl:tool-version": __version__,
+        }
+        try:
+            with aws_errors("ec2:CreateSnapshot", volume_id):
+                created = self.ec2.create_snapshot(
+                    VolumeId=volume_id,
+                    Description=f"dedupectl snapshot {manifest.snapshot_id}",
+                    TagSpecifications=[
+                        {"ResourceType": "snapshot", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+                    ],
+                )
+        finally:  # point-in-time once CreateSnapshot returned: the volume's copy is no longer needed
+            on_volume.delete(manifest.snapshot_id)
+        return created["SnapshotId"]
+
+    def _snapshots(self, snapshot_id: str | None = None) -> list[dict]:
+        filters = [{"Name": "tag-key", "Values": [TAG_SNAPSHOT_ID]}]
+        if snapshot_id is not None:
+            filters = [{"Name": f"tag:{TAG_SNAPSHOT_ID}", "Values": [snapshot_id]}]
+        if self.volume_id:
+            filters.append({"Name": "volume-id", "Values": [self.volume_id]})
+        found: list[dict] = []
+        with aws_errors("ec2:DescribeSnapshots", self.describe()):
+            for page in self.ec2.get_paginator("describe_snapshots").paginate(OwnerIds=["self"], Filters=filters):
+                found.extend(page["Snapshots"])
+        return found
+
+    def _find(self, snapshot_id: str) -> dict:
+        found = self._snapshots(snapshot_id)
+        if not found:
+            raise SnapshotNotFoundError(
+                f"no EBS snapshot tagged {TAG_SNAPSHOT_ID}={snapshot_id}"
+                + (f" of volume {self.volume_id}" if self.volume_id else ""),
+                f"see `dedupectl snapshot list --from {self.describe()}`",
+            )
+        return found[0]
+
+    @staticmethod
+    def _info(snapshot: dict) -> SnapshotInfo:
+        tags = tags_of(snapshot)
+
+        def number(key: str, default: int = -1) -> int:
+            try:
+                return int(tags.get(f"{TAG_PREFIX}{key}", default))
+            except ValueError:
+                return default
+
+        return SnapshotInfo(
+            snapshot_id=tags[TAG_SNAPSHOT_ID],
+            topic=tags.get(TAG_TOPIC, "?"),
+            partition=number("partition"),
+            input_offset=number("input-offset"),
+            output_offset=number("output-offset"),
+            id_count=number("id-count", 0),
+            total_bytes=number("total-bytes", 0),
+            created_ms=number("created-ms", 0),
+            location=snapshot["SnapshotId"],
+            state=snapshot.get("State", "?"),
+        )
+
+    def list(self) -> list[SnapshotInfo]:
+        return sorted((self._info(s) for s in self._snapshots()), key=lambda info: info.snapshot_id)
+
+    def list_incomplete(self) -> list[str]:
+        return []  # an EC2 snapshot exists whole or not at all; pending ones are listed with their state
+
+    def verify(self, snapshot_id: str, progress: TransferProgress) -> VerifyReport:
+        snapshot = self._find(snapshot_id)
+        state, ebs_id = snapshot.get("State"), snapshot["SnapshotId"]
+        problems: tuple[str, ...] = ()
+        if state == "error":
+            problems = (f"EBS snapshot {ebs_id} of {snapshot_id} failed: {snapshot.get('StateMessage', '')}",)
+        elif state != "completed":
+            problems = (f"EBS snapshot {ebs_id} of {snapshot_id} is still {state} ({snapshot.get('Progress', '?')})",)
+        note = (
+            "EC2 reports the snapshot complete; its files are checked against the manifest on restore "
+            f"(restore --from <mount>/{ON_VOLUME_DIR})"
+        )
+        return VerifyReport(snapshot_id, ebs_id, 0, 0, problems, note)
+
+    def delete(self, snapshot_id: str) -> None:
+        for snapshot in self._snapshots(snapshot_id):
+            with aws_errors("ec2:DeleteSnapshot", snapshot["SnapshotId"]):
+                self.ec2.delete_snapshot(SnapshotId=snapshot["SnapshotId"])
+
+    def create_volume(self, snapshot_id: str, availability_zone: str, volume_type: str = "gp3") -> tuple[str, str]:
+        """A new volume from the snapshot, tagged for its partition, once available: (EBS snapshot, volume)."""
+        snapshot = self._find(snapshot_id)
+        if snapshot.get("State") != "completed":
+            raise SnapshotError(
+                f"EBS snapshot {snapshot['SnapshotId']} is {snapshot.get('State')}", "wait until it is completed"
+            )
+        info = self._info(snapshot)
+        tags = [
+            {"Key": "Name", "Value": f"dedupectl {info.topic}-{info.partition}"},
+            {"Key": TAG_TOPIC, "Value": info.topic},
+            {"Key": TAG_PARTITION, "Value": str(info.partition)},
+            {"Key": TAG_SNAPSHOT_ID, "Value": snapshot_id},
+        ]
+        with aws_errors("ec2:CreateVolume", snapshot["SnapshotId"]):
+            volume = self.ec2.create_volume(
+                SnapshotId=snapshot["SnapshotId"],
+                AvailabilityZone=availability_zone,
+                VolumeType=volume_type,
+                TagSpecifications=[{"ResourceType": "volume", "Tags": tags}],
+            )
+        volume_id = volume["VolumeId"]
+        wait_for(
+            lambda: describe_volume(self.ec2, volume_id)["State"] == "available",
+            f"volume {volume_id} to become available",
+            self.timeout_s,
+            self.poll_s,
+        )
+        return snapshot["SnapshotId"], volume_id

@@ -1,0 +1,180 @@
+"""``snapshot create``: checkpoint each partition's store, describe it in a manifest, publish it.
+
+Who checkpoints: a live worker serving the partition, asked through its data directory (the only process that
+can take a consistent checkpoint of a store it holds); otherwise this process, which opens the idle store for
+the moment it takes. The checkpoint is staged in ``<data_dir>/.snapshot-staging/<id>/store`` and removed once
+published, whatever happens.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dedupectl import __version__
+from dedupectl.errors import ConfigError, SnapshotError, StoreLockedError, StoreNotFoundError
+from snapshots.backends import AwsOptions, Backend, EbsBackend, open_backend
+from snapshots.checkpoint import CheckpointFacts, checkpoint_idle_store
+from snapshots.ids import new_snapshot_id
+from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_bytes
+from snapshots.progress import NO_PROGRESS, TransferProgress
+from snapshots.requests import request_checkpoint, staging_dir
+from snapshots.workers import describe, live_worker_for
+from store.layout import list_store_dirs
+
+SELF = "this process (store idle)"
+
+
+@dataclass(frozen=True)
+class CreatedSnapshot:
+    snapshot_id: str
+    topic: str
+    partition: int
+    input_offset: int
+    output_offset: int
+    id_count: int
+    total_bytes: int
+    effective_window_s: float | None
+    location: str
+    taken_by: str
+    checkpoint_seconds: float
+    publish_seconds: float
+
+
+def build_manifest(
+    snapshot_id: str, facts: CheckpointFacts, checkpoint_dir: Path, progress: TransferProgress = NO_PROGRESS
+) -> Manifest:
+    """Hash every file of the checkpoint and record what the store held when it was taken."""
+    progress.start(f"hashing {snapshot_id}", directory_bytes(checkpoint_dir))
+    files = describe_files(checkpoint_dir, progress.advance)
+    progress.finish()
+    oldest = facts.oldest_id_timestamp_ms
+    return Manifest(
+        snapshot_id=snapshot_id,
+        topic=facts.topic,
+        partition=facts.partition,
+        input_offset=facts.input_offset,
+        output_offset=facts.output_offset,
+        first_seq=facts.first_live_seq,
+        next_seq=facts.next_seq,
+        id_count=facts.id_count,
+        oldest_id_timestamp_ms=oldest,
+        effective_window_s=None if oldest is None else max(facts.checkpointed_ms - oldest, 0) / 1000,
+        schema_version=facts.schema_version,
+        tool_version=__version__,
+        created_ms=facts.checkpointed_ms,
+        files=files,
+    )
+
+
+def publish_staged(
+    backend: Backend, snapshot_id: str, facts: CheckpointFacts, checkpoint_dir: Path, progress: TransferProgress
+) -> tuple[Manifest, str]:
+    manifest = build_manifest(snapshot_id, facts, checkpoint_dir, progress)
+    return manifest, backend.publish(checkpoint_dir, manifest, progress)
+
+
+def resolve_stores(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[tuple[str, int, Path]]:
+    """The ``(topic, partition, path)`` stores to act on; ``partitions`` None means all of them."""
+    stores = [store for store in list_store_dirs(data_dir) if topic is None or store[0] == topic]
+    topics = sorted({store[0] for store in stores})
+    if not stores:
+        raise StoreNotFoundError(
+            f"no partition stores{f' of {topic}' if topic else ''} in {data_dir}", "check --data-dir and --topic"
+        )
+    if len(topics) > 1:
+        raise ConfigError(f"{data_dir} holds stores of several topics ({', '.join(topics)})", "pass --topic")
+    if partitions is None:
+        return stores
+    by_partition = {store[1]: store for store in stores}
+    missing = [p for p in partitions if p not in by_partition]
+    if missing:
+        raise StoreNotFoundError(
+            f"no store for partition(s) {', '.join(map(str, missing))} of {topics[0]} in {data_dir}",
+            f"this data directory holds partition(s) {', '.join(str(p) for p in sorted(by_partition))}",
+        )
+    return [by_partition[p] for p in partitions]
+
+
+def checkpoint_partition(
+    data_dir: Path, topic: str, partition: int, path: Path, snapshot_id: str, wait_s: float
+) -> tuple[CheckpointFacts, str]:
+    """Checkpoint one store into its staging directory; returns the facts and who took it."""
+    target = staging_dir(data_dir, snapshot_id) / STORE_DIR
+    worker = live_worker_for(data_dir, topic, partition)
+    if worker is None:
+        try:
+            return checkpoint_idle_store(path, target), SELF
+        except StoreLockedError as error:
+            worker = live_worker_for(data_dir, topic, partition)  # it may have started meanwhile
+            if worker is None:
+                raise SnapshotError(
+                    f"store {path} is locked by a process that is not a worker of this data directory",
+                    "wait for that process (a repair?) to finish, then retry",
+                ) from error
+    taker = describe(worker)
+    facts = request_checkpoint(data_dir, topic, partition, snapshot_id, target, timeout_s=wait_s, worker=taker)
+    return facts, taker
+
+
+def snapshot_partition(
+    data_dir: Path,
+    topic: str,
+    partition: int,
+    path: Path,
+    backend: Backend,
+    *,
+    wait_s: float,
+    progress: TransferProgress,
+) -> CreatedSnapshot:
+    snapshot_id = str(new_snapshot_id(topic, partition, int(time.time() * 1000)))
+    staging = staging_dir(data_dir, snapshot_id)
+    try:
+        started = time.perf_counter()
+        facts, taker = checkpoint_partition(data_dir, topic, partition, path, snapshot_id, wait_s)
+        checkpointed = time.perf_counter()
+        manifest, location = publish_staged(backend, snapshot_id, facts, staging / STORE_DIR, progress)
+        published = time.perf_counter()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return CreatedSnapshot(
+        snapshot_id=snapshot_id,
+        topic=topic,
+        partition=partition,
+        input_offset=manifest.input_offset,
+        output_offset=manifest.output_offset,
+        id_count=manifest.id_count,
+        total_bytes=manifest.total_bytes,
+        effective_window_s=manifest.effective_window_s,
+        location=location,
+        taken_by=taker,
+        checkpoint_seconds=checkpointed - started,
+        publish_seconds=published - checkpointed,
+    )
+
+
+def create_snapshots(
+    data_dir: Path,
+    *,
+    topic: str | None = None,
+    partitions: list[int] | None = None,
+    destination: str | None = None,
+    aws: AwsOptions | None = None,
+    wait_s: float = 60.0,
+    progress: TransferProgress = NO_PROGRESS,
+) -> list[CreatedSnapshot]:
+    """Snapshot the given partitions (None: every store in ``data_dir``) to ``destination``."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise StoreNotFoundError(f"data directory {data_dir} does not exist", "check --data-dir")
+    backend = open_backend(destination, data_dir=data_dir, aws=aws)
+    stores = resolve_stores(data_dir, topic, partitions)
+    backend.check_writable()  # before any checkpoint: a bad destination costs nothing
+    if isinstance(backend, EbsBackend):
+        for store_topic, partition, _ in stores:
+            backend.check_partition(store_topic, partition)
+    return [
+        snapshot_partition(data_dir, t, p, path, backend, wait_s=wait_s, progress=progress) for t, p, path in stores
+    ]

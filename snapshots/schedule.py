@@ -1,0 +1,182 @@
+"""Snapshots taken by the worker itself: on a schedule (``--snapshot-every 1h --snapshot-to …``) and when
+``dedupectl snapshot create`` asks for a partition the worker holds.
+
+The worker calls ``SnapshotSchedule.maybe_run(stores)`` between batches, in the thread that owns the stores.
+That call only ever takes checkpoints (hard links plus a memtable flush: bounded by the write buffer, not the
+store); hashing, uploading and pruning run on one background thread. Nothing here raises into the worker: a
+failed snapshot is logged and counted, and processing goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dedupectl.errors import ConfigError
+from snapshots.backends import AwsOptions, open_backend
+from snapshots.catalog import prune_backend
+from snapshots.checkpoint import CheckpointFacts, take_checkpoint
+from snapshots.create import publish_staged
+from snapshots.ids import new_snapshot_id
+from snapshots.manifest import STORE_DIR
+from snapshots.progress import NO_PROGRESS
+from snapshots.requests import STAGING_DIR, serve_requests, staging_dir
+from store.dedup_store import DedupStore
+
+log = logging.getLogger(__name__)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+STALE_STAGING_S = 6 * 3600  # staging left by a crash; a live checkpoint is published within minutes
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """``"90s"``, ``"15m"``, ``"1h"``, ``"7d"``, ``"2w"`` (or plain seconds) -> seconds."""
+    match = _DURATION.match(str(text))
+    if match is None or float(match[1]) <= 0:
+        raise ConfigError(f"{what} {text!r} is not a positive duration", "write it like 90s, 15m, 1h, 7d or 2w")
+    return float(match[1]) * _UNIT_SECONDS[match[2]]
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    every_s: float | None = None  # None: serve `snapshot create` requests only
+    destination: str | None = None  # None: <data_dir>/snapshots
+    keep: int | None = None  # prune to the newest N per partition after each round
+    aws: AwsOptions = field(default_factory=AwsOptions)
+    request_poll_s: float = 0.5  # how often to look for `snapshot create` requests
+
+
+@dataclass
+class ScheduleStats:
+    rounds: int = 0
+    published: int = 0
+    failed: int = 0
+    skipped_rounds: int = 0  # the previous round was still publishing
+    last_success_ms: int | None = None
+    last_error: str | None = None
+
+
+class SnapshotSchedule:
+    def __init__(
+        self,
+        data_dir: Path,
+        topic: str,
+        config: ScheduleConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.topic = topic
+        self.config = config or ScheduleConfig()
+        self.stats = ScheduleStats()
+        self._clock = clock
+        now = clock()
+        self._next_due = None if self.config.every_s is None else now + self.config.every_s
+        self._next_request_check = now
+        # a daemon thread, not an executor: a worker told to stop must not wait out an hour-long upload (an
+        # abandoned upload has no manifest, so it is never listed; its staging is removed on a later start)
+        self._publishing: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._remove_stale_staging()
+
+    def maybe_run(self, stores: Mapping[int, DedupStore]) -> None:
+        """Between batches: answer checkpoint requests, and take the scheduled snapshots when due."""
+        now = self._clock()
+        if now >= self._next_request_check:
+            self._next_request_check = now + self.config.request_poll_s
+            try:
+                serve_requests(self.data_dir, self.topic, stores)
+            except Exception as error:  # never into the worker
+                log.error("answering snapshot requests failed: %s", error)
+        if self._next_due is None or now < self._next_due or not stores:
+            return
+        self._next_due = now + self.config.every_s
+        try:
+            self._run_round(stores)
+        except Exception as error:
+            self._failed("scheduled snapshot round", error)
+
+    def _run_round(self, stores: Mapping[int, DedupStore]) -> None:
+        self.stats.rounds += 1
+        if self._publishing is not None and self._publishing.is_alive():
+            self.stats.skipped_rounds += 1
+            log.warning("the previous scheduled snapshots are still being published: skipping this round")
+            return
+        staged: list[tuple[str, CheckpointFacts]] = []
+        for partition, store in sorted(stores.items()):
+            snapshot_id = str(new_snapshot_id(self.topic, partition, int(time.time() * 1000)))
+            staging = staging_dir(self.data_dir, snapshot_id)
+            try:
+                staged.append((snapshot_id, take_checkpoint(store, staging / STORE_DIR)))
+            except Exception as error:
+                shutil.rmtree(staging, ignore_errors=True)
+                self._failed(f"checkpoint of {self.topic}[{partition}]", error)
+        if staged:
+            self._publishing = threading.Thread(
+                target=self._publish_round, args=(staged,), name="dedupectl-snapshot", daemon=True
+            )
+            self._publishing.start()
+
+    def _publish_round(self, staged: list[tuple[str, CheckpointFacts]]) -> None:
+        try:
+            backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
+        except Exception as error:
+            for snapshot_id, _ in staged:
+                shutil.rmtree(staging_dir(self.data_dir, snapshot_id), ignore_errors=True)
+                self._failed(f"snapshot {snapshot_id}", error)
+            return
+        for snapshot_id, facts in staged:
+            staging = staging_dir(self.data_dir, snapshot_id)
+            try:
+                _, location = publish_staged(backend, snapshot_id, facts, staging / STORE_DIR, NO_PROGRESS)
+                with self._lock:
+                    self.stats.published += 1
+                    self.stats.last_success_ms = int(time.time() * 1000)
+                log.info("snapshot %s published to %s", snapshot_id, location)
+            except Exception as error:
+                self._failed(f"snapshot {snapshot_id}", error)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        if self.config.keep is not None:
+            try:
+                result = prune_backend(backend, keep=self.config.keep, older_than_s=None, topic=self.topic)
+                if result.deleted:
+                    log.info("pruned %d old snapshot(s)", len(result.deleted))
+            except Exception as error:
+                self._failed("pruning old snapshots", error)
+
+    def _failed(self, what: str, error: Exception) -> None:
+        with self._lock:
+            self.stats.failed += 1
+            self.stats.last_error = f"{what}: {error}"
+        log.error("%s failed (processing continues): %s", what, error)
+
+    def _remove_stale_staging(self) -> None:
+        root = self.data_dir / STAGING_DIR
+        cutoff = time.time() - STALE_STAGING_S
+        for child in root.iterdir() if root.is_dir() else []:
+            try:
+                if child.stat().st_mtime < cutoff:
+                    shutil.rmtree(child, ignore_errors=True)
+            except OSError:
+                continue
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for the round being published; True when none is left running."""
+        if self._publishing is not None:
+            self._publishing.join(timeout_s)
+            return not self._publishing.is_alive()
+        return True
+
+    def close(self, timeout_s: float | None = 30.0) -> None:
+        """At shutdown (after the last batch): give the round being published ``timeout_s`` to finish, then
+        abandon it. The checkpoint no longer needs the stores, so they may close meanwhile."""
+        if not self.wait(timeout_s):
+            log.warning("abandoning a snapshot upload still running after %.0fs: it stays incomplete", timeout_s)

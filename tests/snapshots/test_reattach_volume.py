@@ -1,0 +1,183 @@
+"""``dedupectl reattach`` against the session's moto server: a volume moved from one instance to another with
+its partition checked on both sides; refusals for wrong tags, wrong zone and a live worker; --stop-worker
+with a real worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from botocore.exceptions import ClientError, NoCredentialsError
+
+from dedupectl.config import KafkaConfig
+from dedupectl.kafka_clients import create_topics
+from snapshots.backends.aws import translate_aws_error
+from snapshots.workers import read_statuses
+
+
+def reattach_args(ec2, volume: str, instance: str, *extra: str) -> list[str]:
+    return [
+        "reattach", "--partition", "3", "--volume", volume, "--to-instance", instance,
+        "--endpoint-url", ec2.endpoint_url, "--poll-interval", "0.05", *extra,
+    ]  # fmt: skip
+
+
+def error_line(stderr: str) -> str:
+    """The last line: reattach prints each completed check on stderr before the one-line error."""
+    lines = stderr.strip().splitlines()
+    assert sum(line.startswith("error:") for line in lines) == 1 and "Traceback" not in stderr
+    return lines[-1]
+
+
+def live_status(data_dir, topic: str, partition: int) -> None:
+    """A status file naming this test process (alive, started before the file) as the partition's worker."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    status = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "worker_id": "busy",
+        "input_topic": topic,
+        "partitions": [partition],
+        "updated_at": time.time(),
+    }
+    (data_dir / "worker-busy.json").write_text(json.dumps(status))
+
+
+def test_reattach_moves_the_volume_and_checks_both_sides(cli, ec2, tmp_path, make_store):
+    old, new = ec2.instance(), ec2.instance()
+    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=old)
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 500)
+
+    plan = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--dry-run", "--json"))
+    assert plan.exit_code == 0, plan.stderr
+    planned = json.loads(plan.stdout)
+    assert planned["dry_run"] and planned["from_instance"] == old
+    assert [s["name"] for s in planned["steps"] if s["status"] == "planned"] == [
+        "detach", "wait detached", "attach", "wait attached", "check attached",
+    ]  # fmt: skip
+    assert ec2.attached_to(volume) == old, "a dry run changes nothing"
+
+    result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--json"))
+    assert result.exit_code == 0, result.stderr
+    moved = json.loads(result.stdout)
+    assert ec2.attached_to(volume) == new
+    steps = {s["name"]: s for s in moved["steps"]}
+    assert list(steps) == [
+        "check volume", "check target instance", "check store", "check worker", "check mount",
+        "detach", "wait detached", "attach", "wait attached", "check attached",
+    ]  # fmt: skip
+    assert "events[3]" in steps["check store"]["detail"] and "output offset 500" in steps["check store"]["detail"]
+    assert all(s["status"] == "done" and s["seconds"] >= 0 for s in moved["steps"])
+    assert "still tagged for partition 3" in steps["check attached"]["detail"]
+    assert "root filesystem" in steps["check mount"]["detail"], "tmp_path is not a separate mount here"
+    assert "✓ detach (" in result.stderr and "s): from " + old in result.stderr, "steps print live with timings"
+
+    again = cli(*reattach_args(ec2, volume, new))
+    assert again.exit_code == 2 and f"already attached to {new}" in again.stderr
+
+
+def test_reattach_refuses_wrong_partition_zone_or_missing_tags(cli, ec2):
+    old, same_zone, other_zone = ec2.instance(), ec2.instance(), ec2.instance("us-east-1b")
+    wrong = ec2.volume({"dedupectl:partition": "4"}, attach_to=old)
+    result = cli(*reattach_args(ec2, wrong, same_zone))
+    assert result.exit_code == 2
+    assert error_line(result.stderr) == (
+        f"error: volume {wrong} is tagged for partition(s) 4, not 3: "
+        "pass the volume of this partition (see its dedupectl:partition tag)"
+    )
+
+    untagged = ec2.volume({}, attach_to=ec2.instance())
+    result = cli(*reattach_args(ec2, untagged, same_zone))
+    assert result.exit_code == 2 and f"volume {untagged} has no dedupectl:partition tag" in result.stderr
+
+    right = ec2.volume({"dedupectl:partition": "3"}, attach_to=old)
+    result = cli(*reattach_args(ec2, right, other_zone))
+    assert result.exit_code == 2
+    assert error_line(result.stderr).startswith(
+        f"error: wrong availability zone: volume {right} is in us-east-1a but instance {other_zone} is in us-east-1b"
+    )
+    assert ec2.attached_to(wrong) == old and ec2.attached_to(right) == old, "nothing was detached"
+
+    missing = cli(*reattach_args(ec2, "vol-0123456789abcdef0", same_zone))
+    assert missing.exit_code == 2 and "vol-0123456789abcdef0 does not exist" in missing.stderr
+
+
+def test_reattach_refuses_while_the_partitions_worker_is_live(cli, ec2, tmp_path, make_store):
+    old, new = ec2.instance(), ec2.instance()
+    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=old)
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 10)
+    live_status(data_dir, "events", 3)
+    result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
+    assert result.exit_code == 2
+    assert "worker 'busy'" in result.stderr and "serves partition 3: refusing to detach its volume" in result.stderr
+    assert "--stop-worker" in result.stderr
+    assert ec2.attached_to(volume) == old
+
+
+def test_stop_worker_stops_a_real_worker_then_moves_the_volume(cli, ec2, kafka_broker, unique_name, tmp_path):
+    kafka = KafkaConfig(kafka_broker.bootstrap_servers)
+    topic = unique_name("reattach")
+    create_topics(kafka, [topic, f"{topic}-out", f"{topic}.dead-letter"], 4)
+    data_dir = tmp_path / "mnt"
+    worker = subprocess.Popen(
+        [
+            sys.executable, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", topic,
+            "-o", f"{topic}-out", "-d", str(data_dir), "--worker-id", "mover", "--log-level", "warning",
+        ],
+        env={**os.environ, "DEDUPECTL_SESSION_TIMEOUT_MS": "6000"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not any(3 in s.partitions for s in read_statuses(data_dir)):
+            assert worker.poll() is None, worker.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "the worker never took partition 3"
+            time.sleep(0.2)
+        old, new = ec2.instance(), ec2.instance()
+        volume = ec2.volume({"dedupectl:topic": topic, "dedupectl:partition": "3"}, attach_to=old)
+
+        refused = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
+        assert refused.exit_code == 2 and "worker 'mover'" in refused.stderr
+
+        result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--stop-worker", "--json"))
+        assert result.exit_code == 0, result.stderr
+        steps = {s["name"]: s for s in json.loads(result.stdout)["steps"]}
+        assert "exited" in steps["stop worker"]["detail"] and "also serves 0,1,2" in steps["stop worker"]["detail"]
+        assert ec2.attached_to(volume) == new
+        assert worker.wait(timeout=30) == 0, "SIGTERM is a graceful stop"
+        assert not read_statuses(data_dir), "the stopped worker removed its status file"
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+        worker.communicate()
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("UnauthorizedOperation", "permission denied: these AWS credentials may not call ec2:DetachVolume on vol-1"),
+        ("AccessDenied", "permission denied: these AWS credentials may not call ec2:DetachVolume on vol-1"),
+        ("VolumeInUse", "volume vol-1 is in use (msg): detach it first"),
+        ("InvalidVolume.ZoneMismatch", "volume and instance are in different availability zones (msg)"),
+        ("IncorrectState", "vol-1 is not in a state that allows ec2:DetachVolume (msg)"),
+        ("AuthFailure", "AWS rejected the credentials (AuthFailure)"),
+        ("Throttling", "AWS ec2:DetachVolume on vol-1 failed: Throttling (msg)"),
+    ],
+)
+def test_aws_error_codes_become_operator_messages(code, expected):
+    error = ClientError({"Error": {"Code": code, "Message": "msg"}}, "DetachVolume")
+    assert expected in str(translate_aws_error(error, "ec2:DetachVolume", "vol-1"))
+
+
+def test_missing_credentials_message():
+    message = str(translate_aws_error(NoCredentialsError(), "ec2:DescribeVolumes", "vol-1"))
+    assert message.startswith("no AWS credentials found: set AWS_PROFILE")
