@@ -69,20 +69,17 @@ def main() -> None:
             results["copy"] = _json_from(
                 [
                     python,
-                    str(ROOT / "benchmarks/baselines.py"),
-                    "copy",
+                    str(ROOT / "benchmarks/peers/copy_floor.py"),
                     kafka.bootstrap_servers,
                     "in",
                     "out-copy",
-                    scratch,
                 ]
             )
         with console.status("naive loop"):
             results["naive"] = _json_from(
                 [
                     python,
-                    str(ROOT / "benchmarks/baselines.py"),
-                    "naive",
+                    str(ROOT / "benchmarks/peers/naive.py"),
                     kafka.bootstrap_servers,
                     "in",
                     "out-naive",

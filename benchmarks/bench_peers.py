@@ -1,0 +1,207 @@
+"""dedupectl against the systems users would pick instead, on one broker, one data set, one machine, one run.
+
+    python benchmarks/bench_peers.py [--count 1000000 | --ten-million] [--systems copy,naive,redis,quix,dedupectl]
+
+Starts the project's local Kafka broker, produces ``--count`` Segment-like events (0.6% duplicates, 4
+partitions) once, then runs each system in its own process, one after another, each reading that input with
+its own group into its own output topic (see benchmarks/peers/):
+
+- copy: a bare transactional copy (the floor); naive: the seed's loop, one transaction per message
+  (time-bounded); redis: ``SET NX EX`` in front of a plain consumer/producer; quix: a Quix Streams
+  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``.
+
+Per system: throughput, duplicates and losses read back with read_committed, peak RSS, memory per retained id,
+state bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates, losses and the time from
+the restart to the first record published. The Quix and Redis peers run in benchmarks/.venv-peers (created on
+first use from benchmarks/requirements-peers.txt); Redis is Debian's redis-server, installed if missing (as
+root) and started on a free 127.0.0.1 port per run. Writes benchmarks/results/peers.md and peers.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[0] = str(ROOT)  # import `benchmarks.peers` from the checkout; this folder's scripts are not modules
+
+import confluent_kafka  # noqa: E402
+
+from benchmarks.peers import env, report  # noqa: E402
+from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
+from benchmarks.peers.systems import SYSTEMS  # noqa: E402
+from dedupectl.config import KafkaConfig  # noqa: E402
+from dedupectl.devbroker import LocalBroker, kafka_version  # noqa: E402
+from dedupectl.kafka_clients import create_topics  # noqa: E402
+from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
+
+console = Console(stderr=True)
+PARTITIONS = 4
+INPUT = "in"
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=1_000_000, help="events to produce (default 1M)")
+    parser.add_argument("--ten-million", action="store_true", help="10M events: memory per id from 1M to 10M ids")
+    parser.add_argument("--duplicates", type=float, default=0.006, help="share of duplicate events")
+    parser.add_argument("--id-style", choices=["ajs", "uuid"], default="ajs")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset, in this order")
+    parser.add_argument("--no-crash", action="store_true", help="skip the crash runs")
+    parser.add_argument("--kill-fraction", type=float, default=0.4, help="crash when the output holds this share")
+    parser.add_argument("--naive-seconds", type=float, default=20.0, help="time bound of the naive loop")
+    parser.add_argument("--idle-seconds", type=float, default=3.0, help="a system exits after this long idle")
+    parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX and Quix TTL")
+    parser.add_argument("--process-timeout", type=float, default=3600.0, help="longest one process may run")
+    parser.add_argument(
+        "--settle-timeout", type=float, default=300.0, help="longest wait for a killed run's open transaction"
+    )
+    parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
+    parser.add_argument("--scratch", type=Path, help="keep the broker, state and logs here (default: a temp dir)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/peers.json")
+    parser.add_argument("--markdown", type=Path, default=ROOT / "benchmarks/results/peers.md")
+    args = parser.parse_args()
+    if args.ten_million:
+        args.count = 10_000_000
+    args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"unknown systems {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
+    return args
+
+
+def main() -> None:
+    args = _arguments()
+    logging.getLogger("dedupectl.librdkafka").setLevel(logging.ERROR)  # broker warm-up retries are not news
+    started, started_at = time.monotonic(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    machine = env.machine_info()
+    systems = [SYSTEMS[name] for name in args.systems]
+    versions = {
+        "kafka": kafka_version(),
+        "confluent-kafka (project)": confluent_kafka.__version__,
+        "librdkafka (project)": confluent_kafka.libversion()[0],
+    }
+    peers_python = ""
+    if any(s.needs_peers_env for s in systems):
+        python = env.peers_python(log=console.print)
+        peers_python = str(python)
+        versions.update(env.package_versions(python, ["quixstreams", "redis", "confluent-kafka"]))
+        versions["confluent-kafka (peers)"] = versions.pop("confluent-kafka")
+        versions["librdkafka (peers)"] = versions.pop("librdkafka")
+        versions["redis-py"] = versions.pop("redis")
+    redis_executable = None
+    if any(s.needs_redis for s in systems):
+        redis_executable = env.find_redis_server(install=not args.no_install, log=console.print)
+
+    spec = SampleSpec(args.count, duplicate_ratio=args.duplicates, id_style=args.id_style)
+    expected = frozenset(record.key for record in generate(spec) if record.kind == "new")
+    clean: dict[str, dict] = {}
+    crash: dict[str, dict] = {}
+    with (
+        _scratch_dir(args.scratch) as scratch,
+        LocalBroker(Path(scratch) / "broker") as broker,
+    ):
+        kafka = KafkaConfig(broker.bootstrap_servers)
+        create_topics(kafka, [INPUT, f"{INPUT}.dead-letter"], PARTITIONS)
+        with console.status(f"producing {args.count:,} events"):
+            produce_started = time.monotonic()
+            produce_sample(kafka, INPUT, spec)
+        console.print(f"produced {args.count:,} events in {time.monotonic() - produce_started:.1f}s")
+        if redis_executable:
+            with env.RedisServer(redis_executable, Path(scratch) / "redis-version") as redis:
+                versions["redis-server"] = redis.version()
+        ctx = Context(
+            kafka=kafka,
+            input_topic=INPUT,
+            partitions=PARTITIONS,
+            scratch=Path(scratch),
+            peers_python=peers_python,
+            redis_executable=redis_executable,
+            expected_ids=expected,
+            memory_from_ids=1_000_000 if len(expected) >= 2_000_000 else max(len(expected) // 10, 1),
+            idle_seconds=args.idle_seconds,
+            naive_seconds=args.naive_seconds,
+            window_seconds=int(args.window_hours * 3600),
+            kill_fraction=args.kill_fraction,
+            process_timeout=args.process_timeout,
+            settle_timeout=args.settle_timeout,
+        )
+        for system in systems:
+            clean[system.name] = _attempt(f"{system.name}: clean run", lambda s=system: clean_run(ctx, s))
+        if not args.no_crash:
+            for system in systems:
+                published = clean[system.name].get("output_check", {}).get("records") or len(expected)
+                kill_at = max(int(published * args.kill_fraction), 1)
+                crash[system.name] = _attempt(
+                    f"{system.name}: crash run", lambda s=system, k=kill_at: crash_run(ctx, s, k)
+                )
+
+    result = {
+        "started_at": started_at,
+        "elapsed_seconds": round(time.monotonic() - started, 1),
+        "machine": machine,
+        "versions": versions,
+        "workload": {
+            "count": args.count,
+            "duplicate_ratio": args.duplicates,
+            "id_style": args.id_style,
+            "partitions": PARTITIONS,
+            "distinct_ids": len(expected),
+        },
+        "settings": {
+            "idle_seconds": args.idle_seconds,
+            "naive_seconds": args.naive_seconds,
+            "window_seconds": ctx.window_seconds,
+            "kill_fraction": args.kill_fraction,
+            "memory_from_ids": ctx.memory_from_ids,
+        },
+        "clean": clean,
+        "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),
+        "crash": crash,
+    }
+    page = report.markdown(result)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    args.markdown.parent.mkdir(parents=True, exist_ok=True)
+    args.markdown.write_text(page)
+    Console().print(Markdown(page))
+    console.print(f"written to {args.markdown} and {args.out}")
+
+
+@contextlib.contextmanager
+def _scratch_dir(keep: Path | None) -> Iterator[str]:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="dedupectl-peers-") as scratch:
+            yield scratch
+    else:
+        keep.mkdir(parents=True, exist_ok=True)
+        yield str(keep.resolve())
+
+
+def _attempt(title: str, run) -> dict:
+    """One run; a failure is reported in the results (and the suite goes on) rather than ending the suite."""
+    with console.status(title):
+        started = time.monotonic()
+        try:
+            figures = run()
+        except Exception as error:  # one failing system must not cost the others' figures
+            message = str(error) if isinstance(error, RunFailed) else f"{type(error).__name__}: {error}"
+            console.print(f"[red]{title} failed:[/red] {message}")
+            return {"error": message}
+    console.print(f"{title}: done in {time.monotonic() - started:.1f}s")
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""The suite's results as a Markdown page (committed under benchmarks/results/) and the figures behind it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.peers.systems import SYSTEMS
+
+DASH = "—"
+
+
+def ratios(clean: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """dedupectl's throughput divided by each system's: above 1 means dedupectl is ahead."""
+    ours = clean.get("dedupectl", {}).get("messages_per_second")
+    return {
+        name: round(ours / figures["messages_per_second"], 3) if ours and figures.get("messages_per_second") else None
+        for name, figures in clean.items()
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    workload, machine, settings = result["workload"], result["machine"], result["settings"]
+    lines = [
+        "# dedupectl and its peers",
+        "",
+        f"{workload['count']:,} Segment-like events ({workload['duplicate_ratio']:.1%} duplicates, "
+        f"{workload['id_style']} ids, {workload['distinct_ids']:,} distinct), {workload['partitions']} input "
+        f"partitions, one local Kafka {result['versions'].get('kafka', '?')} broker. Every system ran in its own "
+        f"process, one after another, on the same input topic with its own group and output topic, in one run "
+        f"started {result['started_at']}.",
+        "",
+        *_validation_note(workload["count"]),
+        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB memory, "
+        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}.",
+        "",
+        _clean_table(result),
+        "",
+        _crash_table(result),
+        "",
+        *_targets(result),
+        "How to read it:",
+        "",
+        "- messages/s: records consumed ÷ seconds from the system's first record consumed to its last "
+        "transaction (Redis: offset commit) completed, as the system itself reports them.",
+        "- dedupectl ÷ system: dedupectl's messages/s over the system's; above 1 means dedupectl is faster.",
+        "- duplicates / losses: ids published more than once / input ids never published, read back from the "
+        "output topic with read_committed. The copy floor does not dedup: its duplicates are the input's. The "
+        "naive loop is time-bounded (†): it is checked against the input its group committed.",
+        f"- memory/id: growth of the process's RSS (for Redis: plus the server's used_memory) per id retained, "
+        f"from {settings['memory_from_ids']:,} ids to the end of the run{_memory_caveat(workload['count'])}",
+        "- state/id: bytes of on-disk state per distinct id published (RocksDB directories after the run; Redis: "
+        "used_memory growth, since its state lives in memory).",
+        f"- crash run: SIGKILL once when the output held {settings['kill_fraction']:.0%} of the clean run's "
+        "records (committed or not), then restart with the same group and state; the time is from the restart "
+        "to the first new record readable with read_committed.",
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(result["versions"].items())) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _validation_note(count: int) -> list[str]:
+    if count >= 1_000_000:
+        return []
+    return [f"**A validation run at {count:,} events**: figures this small are dominated by start-up and noise; the "
+            "suite's default is 1,000,000 (`--ten-million` for the memory figures).", ""]  # fmt: skip
+
+
+def _targets(result: dict[str, Any]) -> list[str]:
+    """The issue's targets for dedupectl, checked against this run's figures."""
+    clean, crash = result["clean"], result.get("crash", {})
+    ours = clean.get("dedupectl", {})
+    if "messages_per_second" not in ours:
+        return []
+    peers = [n for n in ("naive", "redis", "quix") if "messages_per_second" in clean.get(n, {})]
+    slower = [n for n in peers if clean[n]["messages_per_second"] >= ours["messages_per_second"]]
+    lines = ["Targets for dedupectl:", ""]
+    throughput = "yes" if not slower else f"no (behind {', '.join(slower)})"
+    lines.append(f"- ahead of every peer ({', '.join(peers)}) on throughput: {throughput}")
+    ours_crash = crash.get("dedupectl", {}).get("output_check")
+    if ours_crash:
+        clean_crash = ours_crash["duplicated_ids"] == ours_crash["missing_ids"] == ours_crash["unexpected_ids"] == 0
+        lines.append(f"- zero duplicates and zero losses in the crash run: {'yes' if clean_crash else 'no'}")
+    redis_per_id = clean.get("redis", {}).get("memory_per_id_bytes")
+    ours_per_id = ours.get("memory_per_id_bytes")
+    if redis_per_id and redis_per_id > 0 and ours_per_id is not None:
+        verdict = "yes" if ours_per_id <= redis_per_id / 20 else "no"
+        caveat = "" if result["workload"]["count"] >= 10**7 else "; indicative below 10M events"
+        lines.append(
+            f"- memory per id at most 1/20 of Redis's: {verdict} "
+            f"({ours_per_id:,.1f} B vs {redis_per_id:,.1f} B{caveat})"
+        )
+    return [*lines, ""]
+
+
+def _clean_table(result: dict[str, Any]) -> str:
+    header = (
+        "| system | guarantee | messages | seconds | messages/s | dedupectl ÷ system | duplicates | losses "
+        "| peak RSS (MB) | memory/id (B) | state/id (B) |"
+    )
+    rows = [header, "|" + "---|" * 11]
+    result_ratios = result.get("ratios", {})
+    for name, figures in result["clean"].items():
+        system = SYSTEMS[name]
+        if "error" in figures:
+            rows.append(f"| {name} | {system.guarantee} | failed: {_one_line(figures['error'])} |" + " |" * 8)
+            continue
+        check = figures["output_check"]
+        mark = "" if system.finishes else " †"
+        duplicates = f"{check['duplicated_ids']:,}" + ("" if system.dedups else " (no dedup)")
+        ratio = result_ratios.get(name)
+        rows.append(
+            f"| {name}{mark} | {system.guarantee} | {figures['consumed']:,} | {figures['busy_seconds']:.2f} "
+            f"| {figures['messages_per_second']:,.0f} | {f'{ratio:.2f}x' if ratio else DASH} | {duplicates} "
+            f"| {_losses(check)} | {figures['peak_rss_mb']:.0f} | {_number(figures['memory_per_id_bytes'])} "
+            f"| {_number(figures['state_bytes_per_id'])} |"
+        )
+    return "\n".join(rows)
+
+
+def _crash_table(result: dict[str, Any]) -> str:
+    if not result.get("crash"):
+        return "Crash runs: not run (--no-crash)."
+    rows = [
+        "| crash run | killed at (output records) | consumed after restart | duplicates | losses "
+        "| restart → first record published (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, figures in result["crash"].items():
+        if "error" in figures:
+            rows.append(f"| {name} | failed: {_one_line(figures['error'])} | | | | |")
+            continue
+        check = figures["output_check"]
+        killed = f"{figures['killed_at_output_records']:,}" if figures["killed"] else "not killed: finished first"
+        duplicates = f"{check['duplicated_ids']:,}" + ("" if SYSTEMS[name].dedups else " (no dedup)")
+        mark = "" if SYSTEMS[name].finishes else " †"
+        rows.append(
+            f"| {name}{mark} | {killed} | {figures['report_after_restart']['consumed']:,} | {duplicates} "
+            f"| {_losses(check)} "
+            f"| {_number(figures['restart_to_first_record_seconds'], '.2f')} |"
+        )
+    return "\n".join(rows)
+
+
+def _memory_caveat(count: int) -> str:
+    if count >= 10**7:
+        return "."
+    return " (indicative only below 10M events: allocator and cache noise dominate)."
+
+
+def _losses(check: dict[str, int]) -> str:
+    text = f"{check['missing_ids']:,}"
+    if check["unexpected_ids"]:
+        text += f" (+{check['unexpected_ids']:,} unexpected ids)"
+    return text
+
+
+def _number(value: float | None, spec: str = ",.0f") -> str:
+    return DASH if value is None else format(value, spec)
+
+
+def _one_line(text: str) -> str:
+    return text.splitlines()[0].replace("|", "/")[:160]
