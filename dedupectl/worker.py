@@ -186,6 +186,9 @@ class Worker:
             ),
         )
         self._producer, self._consumer = producer, consumer
+        # connect the output reader now, while the group assigns partitions: the first recovery then costs a
+        # fetch, not a fetch plus connection and metadata set-up
+        self._reader = OutputReader(config.kafka)
         consumer.subscribe(
             [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
@@ -512,8 +515,6 @@ class Worker:
                     log.info("not rewinding partition %d: %s", tp.partition, error)
 
     def _recover(self, owned: _Partition) -> None:
-        if self._reader is None:
-            self._reader = OutputReader(self.config.kafka)
         result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
         owned.recovered = True
         self.summary.recovered += result.recorded
