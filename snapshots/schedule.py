@@ -15,19 +15,20 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dedupectl.errors import ConfigError
-from snapshots.backends import AwsOptions, open_backend
-from snapshots.catalog import prune_backend
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
-from snapshots.create import publish_staged
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
 from snapshots.progress import NO_PROGRESS
 from snapshots.requests import STAGING_DIR, serve_requests, staging_dir
 from store.dedup_store import DedupStore
+
+if TYPE_CHECKING:
+    from snapshots.backends import AwsOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class ScheduleConfig:
     every_s: float | None = None  # None: serve `snapshot create` requests only
     destination: str | None = None  # None: <data_dir>/snapshots
     keep: int | None = None  # prune to the newest N per partition after each round
-    aws: AwsOptions = field(default_factory=AwsOptions)
+    aws: AwsOptions | None = None  # None: the environment's (region, DEDUPECTL_S3_ENDPOINT_URL)
     request_poll_s: float = 0.5  # how often to look for `snapshot create` requests
 
 
@@ -126,6 +127,9 @@ class SnapshotSchedule:
 
     def _publish_round(self, staged: list[tuple[str, CheckpointFacts]]) -> None:
         try:
+            # imported here, on the publishing thread: boto3 would add ~150 ms to every worker start
+            from snapshots.backends import open_backend
+
             backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
         except Exception as error:
             for snapshot_id, _ in staged:
@@ -135,6 +139,8 @@ class SnapshotSchedule:
         for snapshot_id, facts in staged:
             staging = staging_dir(self.data_dir, snapshot_id)
             try:
+                from snapshots.create import publish_staged
+
                 _, location = publish_staged(backend, snapshot_id, facts, staging / STORE_DIR, NO_PROGRESS)
                 with self._lock:
                     self.stats.published += 1
@@ -146,6 +152,8 @@ class SnapshotSchedule:
                 shutil.rmtree(staging, ignore_errors=True)
         if self.config.keep is not None:
             try:
+                from snapshots.catalog import prune_backend
+
                 result = prune_backend(backend, keep=self.config.keep, older_than_s=None, topic=self.topic)
                 if result.deleted:
                     log.info("pruned %d old snapshot(s)", len(result.deleted))

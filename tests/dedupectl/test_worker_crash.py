@@ -4,10 +4,12 @@ once and every invalid record is in the dead-letter topic exactly once."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
 import threading
+import time
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -19,7 +21,7 @@ CRASHPOINTS = ("after-produce", "after-commit", "after-record")
 
 
 def feed(pipeline, records, stop: threading.Event, chunk: int = 2_000, pause_s: float = 0.6) -> None:
-    """Produce ``records`` in chunks with pauses, so kills land while input is still arriving."""
+    """Produce ``records`` in chunks with pauses, so they arrive while a worker runs."""
     producer = Producer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "enable.idempotence": True})
     for start in range(0, len(records), chunk):
         for record in records[start : start + chunk]:
@@ -28,6 +30,20 @@ def feed(pipeline, records, stop: threading.Event, chunk: int = 2_000, pause_s: 
         if stop.wait(pause_s):
             break
     assert producer.flush(30) == 0
+
+
+def wait_until_serving(worker, status_file, timeout: float = 60.0) -> None:
+    """Until this process has partitions (its status file names its pid), so a kill timer measures work, not
+    start-up: on a loaded machine start-up alone can outlast a short random delay."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and worker.poll() is None:
+        try:
+            status = json.loads(status_file.read_text())
+            if status["pid"] == worker.pid and status["partitions"]:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
 
 
 def output_end_offsets(pipeline) -> int:
@@ -46,34 +62,33 @@ def test_sigkill_at_awkward_points_neither_duplicates_nor_loses(make_pipeline, t
     pipeline = make_pipeline(partitions=4)
     spec = SampleSpec(100_000, duplicate_ratio=0.06, invalid_ratio=0.002, seed=11)
     records = list(generate(spec))
-    stop_feeding = threading.Event()
-    feeder = threading.Thread(target=feed, args=(pipeline, records, stop_feeding), daemon=True)
-    feeder.start()
-
     rng = random.Random(2026)
     data_dir = tmp_path / "data"
     cycles, progressed, self_killed = 24, 0, 0
-    try:
-        for cycle in range(cycles):
-            env = {}
-            if cycle % 2:  # every other run kills itself at a chosen point of the batch protocol
-                env["DEDUPECTL_CRASHPOINT"] = f"{rng.choice(CRASHPOINTS)}:{rng.randint(1, 4)}"
-            before = output_end_offsets(pipeline)
-            worker = pipeline.spawn_worker("crashy", data_dir, "--batch-max-messages", "2000", env=env)
-            try:
-                worker.wait(timeout=rng.uniform(1.0, 3.5))
-            except subprocess.TimeoutExpired:
-                worker.send_signal(signal.SIGKILL)
-                worker.wait()
-            else:
-                self_killed += 1
-            _, stderr = worker.communicate()
-            assert worker.returncode == -signal.SIGKILL, f"worker exited {worker.returncode}: {stderr[-2000:]}"
-            progressed += output_end_offsets(pipeline) > before
-    finally:
-        feeder.join(timeout=120)
-        stop_feeding.set()
-    assert not feeder.is_alive()
+    slice_size = -(-len(records) // cycles)
+    for cycle in range(cycles):
+        # each run gets fresh input, arriving while it starts and works: the kill always finds work in hand
+        fresh = records[cycle * slice_size : (cycle + 1) * slice_size]
+        feeder = threading.Thread(target=feed, args=(pipeline, fresh, threading.Event(), 500, 0.05))
+        feeder.start()
+        env = {}
+        if cycle % 2:  # every other run kills itself at a chosen point of the batch protocol
+            env["DEDUPECTL_CRASHPOINT"] = f"{rng.choice(CRASHPOINTS)}:{rng.randint(1, 4)}"
+        before = output_end_offsets(pipeline)
+        worker = pipeline.spawn_worker("crashy", data_dir, "--batch-max-messages", "300", env=env)
+        wait_until_serving(worker, data_dir / "worker-crashy.json")
+        try:
+            worker.wait(timeout=rng.uniform(0.2, 1.5))
+        except subprocess.TimeoutExpired:
+            worker.send_signal(signal.SIGKILL)
+            worker.wait()
+        else:
+            self_killed += 1
+        _, stderr = worker.communicate()
+        feeder.join(timeout=60)
+        assert not feeder.is_alive()
+        assert worker.returncode == -signal.SIGKILL, f"worker exited {worker.returncode}: {stderr[-2000:]}"
+        progressed += output_end_offsets(pipeline) > before
 
     final = pipeline.spawn_worker("crashy", data_dir, "--exit-on-idle", "5", "--json")
     _, stderr = final.communicate(timeout=300)
