@@ -1,40 +1,91 @@
-"""Byte layout of the dedup store (schema version 1).
+"""Byte layout of the dedup store (schema version 2).
 
-Three column families, written together in one ``WriteBatch`` so a record never exists in one without the
-other:
+Every id is stored exactly once, so the store costs about 22-25 bytes per retained ``ajs-`` + 32-hex id
+(schema 1 kept each id twice, in ``ids`` and in ``seq``: 50-80 bytes). Three column families, always written
+together in one ``WriteBatch``:
 
-``ids``   key   messageId, raw bytes (1..MAX_ID_BYTES)
-          value ``>QQ``  sequence number (u64) | record timestamp, ms since the epoch (u64)
-``seq``   key   ``>Q``   sequence number, fixed-width big-endian so byte order is numeric order
-                         (the seed keeps decimal strings, which sort "10" before "9")
-          value messageId
-``meta``  key ``identity`` value JSON ``{"schema_version", "topic", "partition", "created_ms"}``, written once
-          key ``state``    value ``>QQqq``  next sequence | first live sequence (the aging seek hint) |
-                           next input offset covered | next output offset covered (-1: none yet)
+``ids``    (FIFO compaction: its SST files are written in sequence order, so each file is a bucket of
+           consecutive sequence numbers and aging drops whole files: no tombstones)
+           key    packed id: ``0xA0 0x10`` + 16 bytes  for ``ajs-`` + 32 lowercase hex digits (the prefix is
+                                                    "ajs-" read as hex with j, s, - as 0, 1, 0: a whole batch
+                                                    packs with one translate and one unhexlify)
+                             ``0x02`` + 16 bytes       for a canonical lowercase UUID (8-4-4-4-12)
+                             ``0x03`` + the raw bytes, for any other id
+           value  the id's sequence number, big-endian, as few bytes as the batch's largest needs
+                  (1 byte up to 255, 2 up to 65,535, ...; leading zeros are allowed)
+           key    ``0x00`` + ``>Q`` first sequence number of a batch   } markers, value empty: an SST file's
+           key    ``0xFF`` + ``>Q`` last sequence number of a batch    } smallest and largest keys are then
+                                                                         its sequence range (``dedupectl sst``)
+``times``  key    ``>Q`` first sequence number of a batch (fixed-width big-endian: byte order is numeric
+                  order; the seed's decimal strings sort "10" before "9")
+           value  ``>Bq`` delta width (2, 4 or 8) | first timestamp (ms) , then the other timestamps as
+                  big-endian deltas from their predecessor (publication order keeps deltas small)
+``meta``   key ``identity`` value JSON ``{"schema_version", "topic", "partition", "created_ms"}``, written once
+           key ``state``    value ``>QQqq``  next sequence | first live sequence | next input offset covered |
+                            next output offset covered (-1: none yet)
+
+Exactness. Ids are packed, not hashed: packing is a bijection, so two different ids never share a key and
+the probability of a false duplicate is 0, at 100 billion keys as at one. (Hashing would have needed at least
+96 bits to get that probability under 1e-7 at 1e11 keys: n^2 / 2^(b+1) = 6e-8 for b = 96, while 64 bits
+would give about 270 false duplicates, i.e. 270 new messages silently dropped.)
+
+Aging. ``first live sequence`` is the exact cut: an id whose sequence number is below it is absent for
+every reader at once, whatever files still hold it; files whose whole range is below it are then dropped.
 
 Offsets follow Kafka's commit convention: the *next* offset to read, so a fresh store holds -1.
 """
 
 from __future__ import annotations
 
+import binascii
 import json
+import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate, pairwise
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAX_ID_BYTES = 256
 
 CF_IDS = "ids"
-CF_SEQ = "seq"
+CF_TIMES = "times"
 CF_META = "meta"
-COLUMN_FAMILIES = (CF_IDS, CF_SEQ, CF_META)
+COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)
+# Schema 1's sequence family. Not on disk since schema 2 (the ids were stored twice): the name now stands for
+# the sequence view ``DedupStore.family(CF_SEQ)`` builds on demand, and its presence on disk marks an old store.
+CF_SEQ = "seq"
+LEGACY_FAMILIES = (CF_SEQ,)
 
 META_IDENTITY = b"identity"
 META_STATE = b"state"
 
-_ID_VALUE = struct.Struct(">QQ")
+AJS_PREFIX = b"\xa0\x10"
+TAG_AJS = AJS_PREFIX[0]
+TAG_UUID = 0x02
+TAG_RAW = 0x03
+MARK_FIRST = 0x00
+MARK_LAST = 0xFF
+# Iteration bounds of the id keys (markers excluded).
+IDS_LOWER = bytes([TAG_UUID])
+IDS_UPPER = bytes([MARK_LAST])
+# A key range that never holds a key (no tag 0x01): what aging "compacts" to make FIFO drop files.
+NO_KEYS = (b"\x01", b"\x01\x00")
+
 _SEQ_KEY = struct.Struct(">Q")
 _STATE = struct.Struct(">QQqq")
+_TIMES_HEAD = struct.Struct(">Bq")
+_DELTA_CODES = {2: "h", 4: "i", 8: "q"}
+_FULL_DECODE_FROM = 8  # timestamps wanted from one batch before decoding all of it is cheaper
+_AJS = re.compile(rb"ajs-[0-9a-f]{32}")
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_HEX_DIGITS = b"0123456789abcdef"
+_AJS_TO_HEX = bytes.maketrans(b"js-", b"010")  # "ajs-" -> "a010" -> AJS_PREFIX
+_AJS_LEN = 36
+_AJS_STRIDE = _AJS_LEN + 1  # an id and its separator
+_AJS_KEY_LEN = 18
+_AJS_SPLITTERS: dict[int, struct.Struct] = {}
+_SPLITTERS_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -52,22 +103,145 @@ class StoreState:
     input_offset: int = -1
     output_offset: int = -1
 
+    @property
+    def live_ids(self) -> int:
+        """Ids in the window: every sequence number from the cut to the next one is a live id."""
+        return self.next_seq - self.first_live_seq
 
-def encode_id_value(seq: int, timestamp_ms: int) -> bytes:
-    return _ID_VALUE.pack(seq, max(timestamp_ms, 0))
+
+# -- ids ---------------------------------------------------------------------------------------------
 
 
-def decode_id_value(value: bytes) -> tuple[int, int]:
-    """Return ``(seq, timestamp_ms)``."""
-    return _ID_VALUE.unpack(value)
+def encode_id(message_id: bytes) -> bytes:
+    """The ``ids`` key of one id."""
+    if len(message_id) == _AJS_LEN:
+        if _AJS.fullmatch(message_id):
+            return AJS_PREFIX + binascii.unhexlify(message_id[4:])
+        if _UUID.fullmatch(message_id):
+            return bytes([TAG_UUID]) + binascii.unhexlify(message_id.replace(b"-", b""))
+    return bytes([TAG_RAW]) + message_id
+
+
+def encode_ids(message_ids: Sequence[bytes]) -> list[bytes]:
+    """The ``ids`` keys of many ids; a batch made only of ``ajs-`` ids is packed with a few C-level calls."""
+    n = len(message_ids)
+    if n > 1:
+        keys = _encode_ajs_batch(message_ids, n)
+        if keys is not None:
+            return keys
+    return [encode_id(message_id) for message_id in message_ids]
+
+
+def _encode_ajs_batch(message_ids: Sequence[bytes], n: int) -> list[bytes] | None:
+    # Checked in bulk so the whole batch costs a handful of C calls (about 0.1 us per id instead of 0.8).
+    # Joined with newlines, the batch is n valid ids exactly when: every 37th byte from the 36th is the
+    # separator, each id starts with "ajs-", and the only bytes that are not lowercase hex digits are those
+    # prefixes and separators (so no id holds a newline, and every id is 36 bytes). Any doubt falls back to
+    # the per-id path.
+    blob = b"\n".join(message_ids)
+    if len(blob) != _AJS_STRIDE * n - 1 or blob[_AJS_LEN::_AJS_STRIDE] != b"\n" * (n - 1):
+        return None
+    if blob[0::_AJS_STRIDE] != b"a" * n or blob[1::_AJS_STRIDE] != b"j" * n or blob[2::_AJS_STRIDE] != b"s" * n:
+        return None
+    if blob[3::_AJS_STRIDE] != b"-" * n or blob.translate(None, _HEX_DIGITS) != b"js-\n" * (n - 1) + b"js-":
+        return None
+    packed = binascii.unhexlify(blob.translate(_AJS_TO_HEX, b"\n"))
+    splitter = _AJS_SPLITTERS.get(n)
+    if splitter is None:
+        if len(_AJS_SPLITTERS) >= _SPLITTERS_KEPT:
+            _AJS_SPLITTERS.clear()
+        splitter = _AJS_SPLITTERS[n] = struct.Struct(f"{_AJS_KEY_LEN}s" * n)
+    return list(splitter.unpack(packed))
+
+
+def decode_id(key: bytes) -> bytes:
+    """The id an ``ids`` key stands for (the exact bytes that were recorded)."""
+    tag = key[0]
+    if tag == TAG_AJS:
+        return b"ajs-" + binascii.hexlify(key[2:])
+    if tag == TAG_UUID:
+        digits = binascii.hexlify(key[1:])
+        return b"-".join((digits[:8], digits[8:12], digits[12:16], digits[16:20], digits[20:]))
+    if tag == TAG_RAW:
+        return key[1:]
+    raise ValueError(f"not an id key: {key[:9]!r}")
+
+
+def is_marker(key: bytes) -> bool:
+    return key[:1] in (b"\x00", b"\xff") and len(key) == 9
+
+
+def encode_marker(first: bool, seq: int) -> bytes:
+    return bytes([MARK_FIRST if first else MARK_LAST]) + _SEQ_KEY.pack(seq)
+
+
+def decode_marker(key: bytes) -> int:
+    """The sequence number of a batch marker."""
+    return _SEQ_KEY.unpack_from(key, 1)[0]
+
+
+# -- sequence numbers ----------------------------------------------------------------------------------
+
+
+def seq_width(seq: int) -> int:
+    """Bytes needed for ``seq`` big-endian (at least 1)."""
+    return max(1, (seq.bit_length() + 7) >> 3)
+
+
+def encode_seq_values(first: int, count: int) -> list[bytes]:
+    """``ids`` values for ``count`` consecutive sequence numbers, all as wide as the last needs."""
+    width = seq_width(first + count - 1) if count else 1
+    return [seq.to_bytes(width, "big") for seq in range(first, first + count)]
+
+
+def decode_seq_value(value: bytes) -> int:
+    return int.from_bytes(value, "big")
 
 
 def encode_seq(seq: int) -> bytes:
+    """Fixed-width key of the ``times`` family."""
     return _SEQ_KEY.pack(seq)
 
 
 def decode_seq(key: bytes) -> int:
     return _SEQ_KEY.unpack(key)[0]
+
+
+# -- timestamps ----------------------------------------------------------------------------------------
+
+
+def encode_times(timestamps_ms: Sequence[int]) -> bytes:
+    """One batch's record timestamps: the first, then deltas as narrow as the widest delta allows."""
+    stamps = [max(int(stamp), 0) for stamp in timestamps_ms]
+    deltas = [later - earlier for earlier, later in pairwise(stamps)]
+    widest = max((abs(delta) for delta in deltas), default=0)
+    width = 2 if widest < 1 << 15 else 4 if widest < 1 << 31 else 8
+    return _TIMES_HEAD.pack(width, stamps[0]) + struct.pack(f">{len(deltas)}{_DELTA_CODES[width]}", *deltas)
+
+
+def decode_times(value: bytes) -> list[int]:
+    width, first = _TIMES_HEAD.unpack_from(value)
+    count = (len(value) - _TIMES_HEAD.size) // width
+    deltas = struct.unpack_from(f">{count}{_DELTA_CODES[width]}", value, _TIMES_HEAD.size)
+    return list(accumulate(deltas, initial=first))
+
+
+def times_at(value: bytes, indexes: Sequence[int]) -> list[int]:
+    """The timestamps at ``indexes`` of one batch: a few are summed from the deltas in C, many decode it all."""
+    if len(indexes) > _FULL_DECODE_FROM:
+        stamps = decode_times(value)
+        return [stamps[index] for index in indexes]
+    width, first = _TIMES_HEAD.unpack_from(value)
+    code = _DELTA_CODES[width]
+    return [first + sum(struct.unpack_from(f">{index}{code}", value, _TIMES_HEAD.size)) for index in indexes]
+
+
+def times_count(value: bytes) -> int:
+    """How many timestamps a ``times`` value holds, without decoding them."""
+    return 1 + (len(value) - _TIMES_HEAD.size) // value[0]
+
+
+# -- meta ----------------------------------------------------------------------------------------------
 
 
 def encode_state(state: StoreState) -> bytes:

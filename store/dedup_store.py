@@ -1,7 +1,9 @@
 """One partition's dedup store: which message ids have been published, in what order, up to which offsets.
 
 Writers open it read-write (taking RocksDB's lock, so two processes never share a store); inspection opens
-it as a secondary instance, which takes no lock and follows the writer.
+it as a secondary instance, which takes no lock and follows the writer. The byte layout is in ``store.codec``:
+each id is stored once, keyed by its packed bytes, with its sequence number as the value; ``first_live_seq``
+is the exact aging cut every reader applies.
 """
 
 from __future__ import annotations
@@ -27,22 +29,32 @@ from store.codec import (
     CF_IDS,
     CF_META,
     CF_SEQ,
+    CF_TIMES,
     COLUMN_FAMILIES,
+    LEGACY_FAMILIES,
     META_IDENTITY,
     META_STATE,
     SCHEMA_VERSION,
     StoreIdentity,
     StoreState,
-    decode_id_value,
     decode_identity,
     decode_seq,
     decode_state,
-    encode_id_value,
     encode_identity,
+    encode_ids,
+    encode_marker,
     encode_seq,
+    encode_seq_values,
     encode_state,
+    encode_times,
+    times_at,
+    times_count,
 )
-from store.options import store_options
+from store.options import IDS_MUTABLE_OPTIONS, store_options
+from store.seq_view import SeqView
+
+# rocksdict's multi-get costs more per key on long lists (measured: 0.7 us/key at 500 keys, 1.2 at 5,000)
+LOOKUP_CHUNK = 512
 
 
 def _now_ms() -> int:
@@ -85,12 +97,15 @@ class DedupStore:
         self._state = state
         self.writable = writable
         self._ids = db.get_column_family(CF_IDS)
-        self._seq = db.get_column_family(CF_SEQ)
+        self._times = db.get_column_family(CF_TIMES)
         self._meta = db.get_column_family(CF_META)
         self._ids_handle = db.get_column_family_handle(CF_IDS)
-        self._seq_handle = db.get_column_family_handle(CF_SEQ)
+        self._times_handle = db.get_column_family_handle(CF_TIMES)
         self._meta_handle = db.get_column_family_handle(CF_META)
         self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
+        self._seq_view: SeqView | None = None
+        if writable:
+            self._ids.set_options(IDS_MUTABLE_OPTIONS)
 
     # -- opening -------------------------------------------------------------------------------------
 
@@ -191,6 +206,13 @@ class DedupStore:
             families = set(Rdict.list_cf(str(path)))
         except Exception as error:
             raise _translate_open_error(path, error) from error
+        if CF_META in families and set(LEGACY_FAMILIES) & families and CF_TIMES not in families:
+            raise StoreVersionError(
+                f"store {path} has schema version 1 (each id stored twice); this dedupectl reads version "
+                f"{SCHEMA_VERSION}",
+                "stop the worker, move the directory aside and start the worker again: recovery rebuilds the "
+                "store from the output topic (or use the dedupectl release that wrote it)",
+            )
         missing = set(COLUMN_FAMILIES) - families
         if missing:
             raise StoreNotFoundError(
@@ -221,7 +243,8 @@ class DedupStore:
                     problem = StoreVersionError(
                         f"store {path} has schema version {identity.schema_version}; "
                         f"this dedupectl reads version {SCHEMA_VERSION}",
-                        "use the dedupectl release that wrote it, or rebuild the store from the output topic",
+                        "use the dedupectl release that wrote it, or move the directory aside and let the worker's "
+                        "recovery rebuild the store from the output topic",
                     )
         if problem is not None:
             db.close()
@@ -243,28 +266,86 @@ class DedupStore:
                 self._state = decode_state(raw)
 
     def contains_many(self, ids: Sequence[bytes]) -> list[bool]:
-        """One multi-get: for each id, whether the store holds it."""
-        if not ids:
-            return []
-        return [value is not None for value in self._ids[list(ids)]]
+        """Multi-gets: for each id, whether the store holds it within the window."""
+        values = self._values(encode_ids(ids))
+        cut = self._state.first_live_seq
+        if cut == 0:  # nothing aged yet: presence is the answer
+            return [value is not None for value in values]
+        return [value is not None and int.from_bytes(value, "big") >= cut for value in values]
 
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
-        """Raw ``ids`` values (see codec) for each id, ``None`` where absent."""
-        return self._ids[list(ids)] if ids else []
+        """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
+        values = self._values(encode_ids(ids))
+        cut = self._state.first_live_seq
+        return [None if value is None or int.from_bytes(value, "big") < cut else value for value in values]
 
     def lookup_many(self, ids: Sequence[bytes]) -> list[tuple[int, int] | None]:
         """For each id, ``(seq, timestamp_ms)`` where present, else ``None``."""
-        return [None if value is None else decode_id_value(value) for value in self.get_many(ids)]
+        seqs = [None if value is None else int.from_bytes(value, "big") for value in self.get_many(ids)]
+        found = sorted({seq for seq in seqs if seq is not None})
+        stamps = dict(zip(found, self.timestamps(found), strict=True))
+        return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
+
+    def _values(self, keys: list[bytes]) -> list[bytes | None]:
+        ids = self._ids
+        if len(keys) <= LOOKUP_CHUNK:
+            return ids[keys] if keys else []
+        values: list[bytes | None] = []
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            values += ids[keys[start : start + LOOKUP_CHUNK]]
+        return values
+
+    def timestamps(self, seqs: Sequence[int]) -> list[int]:
+        """The record timestamp (ms) of each recorded sequence number, from ``times`` (one seek per batch of
+        consecutive numbers asked for: pass them sorted)."""
+        wanted = list(seqs)
+        found: list[int] = []
+        it = self._times.iter()
+        try:
+            start = 0
+            while start < len(wanted):
+                it.seek_for_prev(encode_seq(wanted[start]))
+                first = decode_seq(it.key()) if it.valid() else None
+                value = it.value() if first is not None else b""
+                end = start
+                while first is not None and end < len(wanted) and first <= wanted[end] < first + times_count(value):
+                    end += 1
+                if end == start:
+                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {wanted[start]}")
+                found += times_at(value, [seq - first for seq in wanted[start:end]])
+                start = end
+        finally:
+            del it
+        return found
 
     def iter_by_seq(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
         """``(seq, messageId)`` of live ids in sequence (publication) order, ``from_seq`` inclusive to
-        ``to_seq`` exclusive."""
-        start = max(self._state.first_live_seq, from_seq or 0)
-        for key, message_id in self._seq.items(from_key=encode_seq(start)):
-            seq = decode_seq(key)
-            if to_seq is not None and seq >= to_seq:
+        ``to_seq`` exclusive.
+
+        Ids are stored by id, not by sequence: the first call builds a sequence view (one scan of the ``ids``
+        family, about 1-2 s per million ids, on temporary disk; see ``store.seq_view``); later calls are seeks.
+        """
+        low = max(self._state.first_live_seq, from_seq or 0)
+        high = self._state.next_seq if to_seq is None else min(to_seq, self._state.next_seq)
+        if low >= high:
+            return
+        view = self._view(low, high)
+        end = encode_seq(high)
+        for seq_key, message_id in view.db.items(from_key=encode_seq(low)):
+            if seq_key >= end:
                 return
-            yield seq, message_id
+            seq = decode_seq(seq_key)
+            if seq >= self._state.first_live_seq:  # aging may have moved the cut meanwhile
+                yield seq, message_id
+
+    def _view(self, low: int, high: int) -> SeqView:
+        view = self._seq_view
+        if view is None or low < view.low or high > view.high:
+            if view is not None:
+                low = min(low, view.low)
+                view.close()
+            self._seq_view = view = SeqView(self._ids, low, self._state.next_seq)
+        return view
 
     @property
     def db(self) -> Rdict:
@@ -272,10 +353,19 @@ class DedupStore:
         return self._db
 
     def family(self, name: str) -> Rdict:
-        return {CF_IDS: self._ids, CF_SEQ: self._seq, CF_META: self._meta}[name]
+        """A column family by name. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq ->
+        messageId`` of the live ids, built on first use (see ``iter_by_seq``)."""
+        if name == CF_SEQ:
+            return self._view(self._state.first_live_seq, self._state.next_seq).db
+        return {CF_IDS: self._ids, CF_TIMES: self._times, CF_META: self._meta}[name]
 
     def family_handle(self, name: str):
-        return {CF_IDS: self._ids_handle, CF_SEQ: self._seq_handle, CF_META: self._meta_handle}[name]
+        if name == CF_SEQ:
+            raise StoreError(
+                f"store {self.path} has no {CF_SEQ!r} family on disk (schema {SCHEMA_VERSION})",
+                "remove ids with DedupStore.forget_many; read them in order with iter_by_seq",
+            )
+        return {CF_IDS: self._ids_handle, CF_TIMES: self._times_handle, CF_META: self._meta_handle}[name]
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -292,16 +382,22 @@ class DedupStore:
         The caller guarantees the ids are absent from the store and distinct.
         """
         self._require_writable()
+        if len(ids) != len(timestamps_ms):
+            raise ValueError(f"{len(ids)} ids but {len(timestamps_ms)} timestamps")
         state = self._state
         batch = WriteBatch(raw_mode=True)
-        seq = state.next_seq
-        ids_handle, seq_handle = self._ids_handle, self._seq_handle
-        for message_id, timestamp_ms in zip(ids, timestamps_ms, strict=True):
-            batch.put(message_id, encode_id_value(seq, timestamp_ms), ids_handle)
-            batch.put(encode_seq(seq), message_id, seq_handle)
-            seq += 1
+        first = state.next_seq
+        count = len(ids)
+        if count:
+            put, ids_handle = batch.put, self._ids_handle
+            # the markers make each SST file's smallest and largest keys its sequence range (see codec)
+            put(encode_marker(True, first), b"", ids_handle)
+            for key, value in zip(encode_ids(ids), encode_seq_values(first, count), strict=True):
+                put(key, value, ids_handle)
+            put(encode_marker(False, first + count - 1), b"", ids_handle)
+            put(encode_seq(first), encode_times(timestamps_ms), self._times_handle)
         new_state = StoreState(
-            next_seq=seq,
+            next_seq=first + count,
             first_live_seq=state.first_live_seq,
             input_offset=state.input_offset if input_offset is None else max(input_offset, state.input_offset),
             output_offset=state.output_offset if output_offset is None else max(output_offset, state.output_offset),
@@ -309,7 +405,27 @@ class DedupStore:
         batch.put(META_STATE, encode_state(new_state), self._meta_handle)
         self._db.write(batch)
         self._state = new_state
+        if self._seq_view is not None and count:
+            self._seq_view.add(first, list(ids))
         return new_state
+
+    def forget_many(self, ids: Sequence[bytes]) -> int:
+        """Remove these ids from the window (reconcile's repair of ids the output never published), in one
+        WriteBatch; returns how many were there. Sequence numbers and covered offsets do not change."""
+        self._require_writable()
+        keys = encode_ids(ids)
+        cut = self._state.first_live_seq
+        batch = WriteBatch(raw_mode=True)
+        removed: list[int] = []
+        for key, value in zip(keys, self._values(keys), strict=True):
+            if value is not None and int.from_bytes(value, "big") >= cut:
+                batch.delete(key, self._ids_handle)
+                removed.append(int.from_bytes(value, "big"))
+        if removed:
+            self._db.write(batch)
+            if self._seq_view is not None:
+                self._seq_view.remove(removed)
+        return len(removed)
 
     def write_state(self, state: StoreState, batch: WriteBatch | None = None) -> None:
         """Persist ``state`` (optionally inside a caller's batch, which this then writes)."""
@@ -324,15 +440,20 @@ class DedupStore:
             raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
 
     def flush(self) -> None:
-        self._db.flush(True)
+        """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""
+        for family in (self._ids, self._times, self._meta):
+            family.flush(True)
 
     def close(self) -> None:
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
-            for family in (self._ids, self._seq, self._meta):
+            if self._seq_view is not None:
+                self._seq_view.close()
+                self._seq_view = None
+            for family in (self._ids, self._times, self._meta):
                 family.close()
-            self._ids = self._seq = self._meta = None
-            self._ids_handle = self._seq_handle = self._meta_handle = None
+            self._ids = self._times = self._meta = None
+            self._ids_handle = self._times_handle = self._meta_handle = None
             self._db.close()
         finally:
             if self._secondary_dir is not None:

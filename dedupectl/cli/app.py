@@ -21,6 +21,8 @@ COMMAND_MODULES = (
     "dedupectl.cli.topics_cmd",
     "dedupectl.cli.demo_cmd",
     "dedupectl.cli.snapshot_cmds",
+    "dedupectl.cli.reconcile_cmd",
+    "dedupectl.cli.store_cmds",
     "dedupectl.cli.dev_cmd",
 )
 

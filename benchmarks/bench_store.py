@@ -1,0 +1,379 @@
+"""The dedup store against its targets (issue 3), all figures from one run on this machine.
+
+    python benchmarks/bench_store.py [--ids 10000000] [--batch 5000]
+
+1. build: a child process records ``--ids`` Segment-like ids (``ajs-`` + 32 hex) through ``DedupStore``
+   exactly as the worker does (``contains_many`` then ``record``, batches of ``--batch``), reporting its RSS at
+   10% and 100% of the ids, the batch latencies, and the bytes on disk per id once flushes settle; a second
+   child grows a Python ``set`` of the same ids, the baseline for RSS growth per id. Both children call
+   ``store.memory.limit_heap_retention()`` first (as the worker should), and the build child empties its
+   memtables (bounded: 2 x 64 MiB, the same at any size) before each RSS reading, so the slope is per id.
+2. lookups: absent and present ids through ``contains_many`` (and ``lookup_many``) against raw rocksdict
+   multi-gets of the same keys on the same column family.
+3. aging: ingest more batches alternating blocks without and with ``age_step`` between batches (p99 batch
+   latency of each), then age the store down to half with ``age_fully`` (ids removed per second).
+
+Prints a table and writes benchmarks/results/store.json. Targets: lookups >= 0.8x raw and >= 1M absent ids/s;
+aging >= 500k ids/s and p99 with aging <= 1.5x without; <= 25 bytes per id at 10M ids; RSS growth per id
+<= 1/20 of the set's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from store.aging import AgingPolicy, age_fully, age_step  # noqa: E402
+from store.codec import CF_IDS, encode_ids  # noqa: E402
+from store.dedup_store import DedupStore  # noqa: E402
+from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
+from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
+
+console = Console()
+MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: n -> n * MIX mod 2^128 is a bijection that looks random
+BASE_MS = 1_700_000_000_000
+MS_PER_ID = 8.64  # 10 million ids a day
+
+
+def message_id(n: int) -> bytes:
+    return f"ajs-{(n * MIX) & ((1 << 128) - 1):032x}".encode()
+
+
+def absent_id(n: int) -> bytes:
+    return f"ajs-{((n + (1 << 100)) * MIX) & ((1 << 128) - 1):032x}".encode()
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+# -- children ----------------------------------------------------------------------------------------------
+
+
+def child_set(count: int, batch: int) -> dict:
+    """RSS of a set of the ids at 10% and 100%: what an in-memory dedup would cost."""
+    limit_heap_retention()
+    seen: set[bytes] = set()
+    marks = {}
+    for first in range(0, count, batch):
+        seen.update(message_id(n) for n in range(first, min(first + batch, count)))
+        if len(seen) in (count // 10, count):
+            release_free_memory()  # the same treatment as the store's process
+            marks[len(seen)] = rss_bytes()
+    return {"rss": marks}
+
+
+def child_build(path: str, count: int, batch: int) -> dict:
+    limit_heap_retention()
+    rng = random.Random(7)
+    marks, raw_marks, settled_marks, latencies = {}, {}, {}, []
+    started = time.perf_counter()
+    with DedupStore.open(Path(path), topic="bench", partition=0) as store:
+        for first in range(0, count, batch):
+            numbers = range(first, min(first + batch, count))
+            ids = [message_id(n) for n in numbers]
+            stamps = [BASE_MS + int(n * MS_PER_ID) - rng.randrange(2_000) for n in numbers]
+            t0 = time.perf_counter()
+            present = store.contains_many(ids)
+            store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
+            latencies.append(time.perf_counter() - t0)
+            done = first + len(ids)
+            if done in (count // 10, count):
+                raw_marks[done] = rss_bytes()
+                pause = time.perf_counter()
+                # memtables (2 x 64 MiB) and a merge's buffers (its filter builder keeps 8 B per key until the
+                # file is done) are bounded, not per retained id: read RSS with memtables empty and no merge
+                store.flush()
+                settle(store)
+                settled_marks[done] = rss_bytes()
+                release_free_memory()  # what the worker does once a minute (store.memory)
+                marks[done] = rss_bytes()
+                started += time.perf_counter() - pause
+        elapsed = time.perf_counter() - started
+        store.flush()
+        settle(store)
+        files = ids_files(store)
+        return {
+            "rss": marks,
+            "rss_with_memtables": raw_marks,
+            "rss_before_release": settled_marks,
+            "seconds": elapsed,
+            "ids_per_second": count / elapsed,
+            "batch_p50_ms": 1000 * statistics.median(latencies),
+            "batch_p99_ms": 1000 * percentile(latencies, 0.99),
+            "sst_bytes": sst_bytes(store),
+            "dir_bytes": dir_bytes(Path(path)),
+            "ids_files": len(files),
+        }
+
+
+def settle(store: DedupStore, timeout: float = 600) -> None:
+    """Wait for background merges (their CPU would skew what is measured next)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = store.db.property_int_value("rocksdb.num-running-compactions") or 0
+        pending = store.family(CF_IDS).property_int_value("rocksdb.compaction-pending") or 0
+        if not running and not pending:
+            return
+        time.sleep(0.5)
+
+
+def _child(mode: str, *args: str) -> dict:
+    completed = subprocess.run(
+        [sys.executable, __file__, "--child", mode, *args], capture_output=True, text=True, check=False
+    )
+    if completed.returncode != 0:
+        raise SystemExit(f"child {mode} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout)
+
+
+# -- measurements in this process ----------------------------------------------------------------------------
+
+
+def best_rate(count: int, action, repeats: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - t0)
+    return count / best
+
+
+def lookups(store: DedupStore, total: int, batch: int, sample: int = 200_000, rounds: int = 5) -> dict:
+    """Ids per second, best of ``rounds``; the methods take turns within each round so load swings on the
+    shared machine hit them alike."""
+    rng = random.Random(11)
+    absent = [absent_id(n) for n in range(sample)]
+    present = [message_id(rng.randrange(total)) for _ in range(sample)]
+    family = store.family(CF_IDS)
+    results = {}
+    for label, ids in (("absent", absent), ("present", present)):
+        keys = encode_ids(ids)
+        batches = [ids[i : i + batch] for i in range(0, len(ids), batch)]
+        key_batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
+        assert all(store.contains_many(batches[0])) == (label == "present")
+        methods = {
+            "raw_multiget_whole_batch_per_s": lambda kb=key_batches: [family[k] for k in kb],
+            "raw_multiget_512_per_s": lambda k=keys: [family[k[i : i + 512]] for i in range(0, len(k), 512)],
+            "contains_many_per_s": lambda b=batches: [store.contains_many(x) for x in b],
+        }
+        best = dict.fromkeys(methods, 0.0)
+        for _ in range(rounds):
+            for name, action in methods.items():
+                best[name] = max(best[name], best_rate(len(ids), action, repeats=1))
+        raw = max(best["raw_multiget_whole_batch_per_s"], best["raw_multiget_512_per_s"])
+        results[label] = {
+            **best,
+            "raw_multiget_per_s": raw,
+            "lookup_many_per_s": best_rate(len(ids), lambda b=batches: [store.lookup_many(x) for x in b], repeats=1),
+            "ratio_vs_raw": best["contains_many_per_s"] / raw,
+        }
+    return results
+
+
+def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block: int = 25) -> dict:
+    """Ingest ``batches`` more batches in alternating blocks, without and with an aging step between batches."""
+    policy = AgingPolicy(max_keys=store.state.live_ids)  # every batch in a 'with' block ages as many ids
+    latencies: dict[str, list[float]] = {"without": [], "with": []}
+    aged = 0
+    n = first
+    for index in range(batches):
+        mode = "with" if (index // block) % 2 else "without"
+        ids = [message_id(k) for k in range(n, n + batch)]
+        stamps = [BASE_MS + int(k * MS_PER_ID) for k in range(n, n + batch)]
+        t0 = time.perf_counter()
+        present = store.contains_many(ids)
+        store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
+        if mode == "with":
+            aged += age_step(store, policy).aged
+        else:
+            policy = AgingPolicy(max_keys=store.state.live_ids)  # nothing to age until the next 'with' block
+        latencies[mode].append(time.perf_counter() - t0)
+        n += batch
+    return {
+        "batches_each": {mode: len(values) for mode, values in latencies.items()},
+        "p50_ms": {mode: 1000 * statistics.median(values) for mode, values in latencies.items()},
+        "p95_ms": {mode: 1000 * percentile(values, 0.95) for mode, values in latencies.items()},
+        "p99_ms": {mode: 1000 * percentile(values, 0.99) for mode, values in latencies.items()},
+        "p99_ratio": percentile(latencies["with"], 0.99) / percentile(latencies["without"], 0.99),
+        "ids_aged": aged,
+        "next_id": n,
+    }
+
+
+def aging_rate(store: DedupStore) -> dict:
+    live = store.state.live_ids
+    before = sst_bytes(store)
+    t0 = time.perf_counter()
+    result = age_fully(store, AgingPolicy(max_keys=live // 2))
+    elapsed = time.perf_counter() - t0
+    return {
+        "ids_aged": result.aged,
+        "seconds": elapsed,
+        "ids_per_second": result.aged / elapsed if elapsed else None,
+        "files_dropped": result.files_dropped,
+        "bytes_before": before,
+        "bytes_freed": result.bytes_dropped,
+        "live_ids_after": result.live_ids,
+    }
+
+
+# -- orchestration -------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ids", type=int, default=10_000_000)
+    parser.add_argument("--batch", type=int, default=5_000)
+    parser.add_argument("--aging-batches", type=int, default=600)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/store.json")
+    parser.add_argument("--child", choices=["set", "build"], help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child == "set":
+        json.dump(child_set(args.ids, args.batch), sys.stdout)
+        return
+    if args.child == "build":
+        json.dump(child_build(args.path, args.ids, args.batch), sys.stdout)
+        return
+
+    scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-store-"))
+    try:
+        path = scratch / "bench-0"
+        with console.status(f"python set of {args.ids:,} ids"):
+            baseline = _child("set", "--ids", str(args.ids), "--batch", str(args.batch))
+        with console.status(f"recording {args.ids:,} ids through DedupStore"):
+            build = _child("build", "--ids", str(args.ids), "--batch", str(args.batch), "--path", str(path))
+        with DedupStore.open(path, topic="bench", partition=0) as store:
+            with console.status("lookups"):
+                found = lookups(store, args.ids, args.batch)
+            with console.status("ingest with and without aging"):
+                latency = aging_latency(store, args.ids, args.aging_batches, args.batch)
+                store.flush()
+                settle(store)
+                steady = {"live_ids": store.state.live_ids, "dir_bytes": dir_bytes(path), "sst_bytes": sst_bytes(store)}
+            with console.status("aging to half"):
+                rate = aging_rate(store)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    small, large = args.ids // 10, args.ids
+    set_growth = (baseline["rss"][str(large)] - baseline["rss"][str(small)]) / (large - small)
+    store_growth = (build["rss"][str(large)] - build["rss"][str(small)]) / (large - small)
+    unreleased = build["rss_before_release"]
+    unreleased_growth = (unreleased[str(large)] - unreleased[str(small)]) / (large - small)
+    figures = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "note": "2 shared cores, noisy"},
+        "ids": args.ids,
+        "batch": args.batch,
+        "build": build,
+        "bytes_per_id": {
+            "sst": build["sst_bytes"] / args.ids,
+            "dir": build["dir_bytes"] / args.ids,
+            "dir_steady_state_with_aging": steady["dir_bytes"] / steady["live_ids"],
+        },
+        "rss_growth_per_id": {
+            "store": store_growth,
+            "python_set": set_growth,
+            "ratio": store_growth / set_growth,
+            "store_without_release": unreleased_growth,
+        },
+        "lookups": found,
+        "ingest_with_aging": latency,
+        "aging_to_half": rate,
+        "peak_rss_mb_main": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(figures, indent=2))
+    report(figures)
+
+
+def report(f: dict) -> None:
+    table = Table(title=f"dedup store, {f['ids']:,} ids (machine: {f['machine']['note']})", title_justify="left")
+    for column in ("measure", "value", "target", "met"):
+        table.add_column(column)
+
+    def row(name: str, value: str, target: str, met: bool | None) -> None:
+        table.add_row(name, value, target, "-" if met is None else ("yes" if met else "[red]no[/]"))
+
+    absent, present = f["lookups"]["absent"], f["lookups"]["present"]
+    row(
+        "absent ids/s, contains_many",
+        f"{absent['contains_many_per_s']:,.0f}",
+        ">= 1,000,000",
+        absent["contains_many_per_s"] >= 1e6,
+    )
+    row("absent ids/s, raw multi-get (best chunking)", f"{absent['raw_multiget_per_s']:,.0f}", "", None)
+    row("absent: store API / raw", f"{absent['ratio_vs_raw']:.2f}", ">= 0.8", absent["ratio_vs_raw"] >= 0.8)
+    row("present ids/s, contains_many", f"{present['contains_many_per_s']:,.0f}", "", None)
+    row("present ids/s, raw multi-get", f"{present['raw_multiget_per_s']:,.0f}", "", None)
+    row("present: store API / raw", f"{present['ratio_vs_raw']:.2f}", ">= 0.8", present["ratio_vs_raw"] >= 0.8)
+    row("present ids/s, lookup_many (seq + timestamp)", f"{present['lookup_many_per_s']:,.0f}", "", None)
+    aging = f["aging_to_half"]
+    row(
+        "aging, ids removed/s (age_fully to half)",
+        f"{aging['ids_per_second']:,.0f}",
+        ">= 500,000",
+        aging["ids_per_second"] >= 5e5,
+    )
+    row(
+        "aging, files dropped / bytes freed",
+        f"{aging['files_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
+        "",
+        None,
+    )
+    lat = f["ingest_with_aging"]
+    row(
+        "ingest p99 batch ms without / with aging",
+        f"{lat['p99_ms']['without']:.1f} / {lat['p99_ms']['with']:.1f} ({lat['p99_ratio']:.2f}x)",
+        "<= 1.5x",
+        lat["p99_ratio"] <= 1.5,
+    )
+    b = f["bytes_per_id"]
+    row(
+        "ingest p95 batch ms without / with aging",
+        f"{lat['p95_ms']['without']:.1f} / {lat['p95_ms']['with']:.1f}",
+        "",
+        None,
+    )
+    row("bytes on disk per id (directory)", f"{b['dir']:.1f}", "<= 25", b["dir"] <= 25)
+    row("bytes per id, SST files only", f"{b['sst']:.1f}", "", None)
+    row("bytes per retained id, steady state with aging", f"{b['dir_steady_state_with_aging']:.1f}", "", None)
+    r = f["rss_growth_per_id"]
+    row(
+        "RSS growth per id, store / python set",
+        f"{r['store']:.2f} / {r['python_set']:.1f} B ({r['ratio']:.3f})",
+        "<= 0.05",
+        r["ratio"] <= 0.05,
+    )
+    row(
+        "build: ids/s, batch p99 ms", f"{f['build']['ids_per_second']:,.0f}, {f['build']['batch_p99_ms']:.1f}", "", None
+    )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

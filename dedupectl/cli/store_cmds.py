@@ -1,0 +1,464 @@
+"""Store operations: ``age``, ``window``, ``stats``, ``sst``, ``compactions``, ``lookup``, ``compact``.
+
+Every command works on the partition stores under ``--data-dir`` (all partitions, or those given with
+``--partition``); the reading ones never take the worker's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from dedupectl.cli.common import JsonOption
+from dedupectl.cli.output import console, err_console, print_json, print_table
+from dedupectl.errors import ConfigError
+from store.aging import AgingPolicy
+from store.compaction_log import Job, follow_jobs, read_jobs
+from store.inspect_stats import StoreStats, store_stats
+from store.operations import age_stores, compact_stores, list_sst, lookup_ids
+from store.selection import StoreRef, select_stores
+from store.sizes import format_duration, format_size, parse_duration, parse_size
+from store.window import WindowInfo, read_windows
+
+DataDirOption = typer.Option(
+    Path("dedupectl-data"),
+    "--data-dir",
+    "-d",
+    envvar="DEDUPECTL_DATA_DIR",
+    help="The worker's data directory (or DEDUPECTL_DATA_DIR).",
+)
+TopicOption = typer.Option(
+    None, "--topic", "-t", help="Input topic of the stores (needed when the data directory holds several)."
+)
+PartitionOption = typer.Option(None, "--partition", "-p", help="A partition (repeatable); default: every partition.")
+
+
+def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[StoreRef]:
+    return select_stores(data_dir, topic, partitions)
+
+
+def _when(timestamp_ms: int | None) -> str:
+    if timestamp_ms is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+# -- age -------------------------------------------------------------------------------------------------
+
+
+def age(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    max_keys: int | None = typer.Option(None, "--max-keys", help="Keep at most this many ids per partition."),
+    max_bytes: str | None = typer.Option(
+        None, "--max-bytes", help="Keep at most this much SST data per partition, e.g. 40GiB or 500MB."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Only say how many ids would go and the window left (works while the worker runs)."
+    ),
+    json_output: bool = JsonOption,
+) -> None:
+    """Age a stopped store: drop its oldest ids until it holds at most --max-keys ids and/or --max-bytes.
+
+    The worker ages its stores itself between batches; this is for a stopped store, or with --dry-run to see
+    what a bound would cost in window.
+
+    Example: dedupectl age -d /var/lib/dedupectl --max-bytes 40GiB --dry-run
+    """
+    policy = AgingPolicy(
+        max_keys=max_keys, max_bytes=None if max_bytes is None else parse_size(max_bytes, what="--max-bytes")
+    )
+    if not policy.bounded:
+        raise ConfigError("no bound given", "pass --max-keys and/or --max-bytes")
+    refs = _refs(data_dir, topic, partition)
+    with err_console.status("aging") as status:
+        outcomes = age_stores(
+            refs, policy, dry_run=dry_run, on_store=lambda ref: status.update(f"aging partition {ref.partition}")
+        )
+    if json_output:
+        print_json(outcomes)
+        return
+    print_table(
+        "what aging would do (dry run)" if dry_run else "aged",
+        [
+            "partition",
+            "bound",
+            "ids before",
+            "ids aged",
+            "ids after",
+            "bytes",
+            "freed",
+            "window before",
+            "window after",
+        ],
+        [
+            (
+                o.partition,
+                o.reason,
+                _count(o.live_ids_before),
+                _count(o.ids_aged),
+                _count(o.live_ids_after),
+                format_size(o.bytes_before),
+                format_size(o.bytes_freed),
+                format_duration(o.window_seconds_before),
+                format_duration(o.window_seconds_after),
+            )
+            for o in outcomes
+        ],
+    )
+
+
+# -- window ----------------------------------------------------------------------------------------------
+
+
+def _window_json(info: WindowInfo, floor: float | None) -> dict:
+    record = asdict(info)
+    record["path"] = str(info.path)
+    record["bytes_per_id"] = info.bytes_per_id
+    if floor is not None:
+        record["below_min"] = info.below(floor)
+    return record
+
+
+def window(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    minimum: str | None = typer.Option(
+        None, "--min", help="Exit 1 when any partition's window is shorter than this, e.g. 24h (for alerting)."
+    ),
+    json_output: bool = JsonOption,
+) -> None:
+    """The effective window per partition: the age of its oldest live id, with ids, bytes and sequence range.
+
+    Example: dedupectl window -d /var/lib/dedupectl --min 24h
+    """
+    floor = None if minimum is None else parse_duration(minimum, what="--min")
+    infos = read_windows(_refs(data_dir, topic, partition))
+    below = [info for info in infos if floor is not None and info.below(floor)]
+    if json_output:
+        print_json([_window_json(info, floor) for info in infos])
+    else:
+        columns = ["partition", "ids", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq", "newest"]
+        columns.append("window")
+        if floor is not None:
+            columns.append(f"≥ {format_duration(floor)}")
+        rows = []
+        for info in infos:
+            row = [
+                info.partition,
+                _count(info.live_ids),
+                format_size(info.disk_bytes),
+                _number(info.bytes_per_id),
+                _count(info.oldest_seq),
+                _when(info.oldest_ts_ms),
+                _count(info.newest_seq),
+                _when(info.newest_ts_ms),
+                format_duration(info.window_seconds) if info.window_seconds is not None else "empty",
+            ]
+            if floor is not None:
+                row.append("[red]BELOW[/]" if info.below(floor) else "ok")
+            rows.append(row)
+        print_table(f"effective window ({infos[0].topic})" if infos else "effective window", columns, rows)
+        if below:
+            err_console.print(
+                f"{len(below)} partition(s) below {format_duration(floor)}: see docs/runbooks/"
+                "effective-window-below-24h.md",
+                highlight=False,
+            )
+    if below:
+        raise typer.Exit(1)
+
+
+# -- stats -----------------------------------------------------------------------------------------------
+
+
+_STATS_COLUMNS = ["Level", "Files", "Size", "Score", "Read(GB)", "Write(GB)", "W-Amp", "Comp(sec)", "Comp(cnt)"]
+_STATS_COLUMNS += ["KeyIn", "KeyDrop"]
+
+
+def _print_stats(stats: StoreStats) -> None:
+    dumped = f"I/O columns from the worker's statistics of {stats.dumped_at}" if stats.dumped_at else "no dump yet"
+    for family in stats.families:
+        print_table(
+            escape(f"** Compaction Stats [{family.family}] ** {stats.topic}[{stats.partition}] ({dumped})"),
+            _STATS_COLUMNS,
+            [
+                (
+                    level.level,
+                    level.files,
+                    format_size(level.size_bytes),
+                    _number(level.score, 2),
+                    _number(level.read_gb),
+                    _number(level.write_gb),
+                    _number(level.write_amp),
+                    _number(level.comp_seconds, 2),
+                    _count(level.comp_count),
+                    _count(level.keys_in),
+                    _count(level.keys_dropped),
+                )
+                for level in family.levels
+            ],
+        )
+    bloom = stats.bloom
+    print_table(
+        escape(f"{stats.topic}[{stats.partition}]: {stats.live_ids:,} live ids"),
+        ["family", "estimated keys", "live data", "SST files", "memtables", "pending compaction"],
+        [
+            (
+                family.family,
+                _count(family.estimated_keys),
+                format_size(family.live_data_bytes),
+                format_size(family.sst_bytes),
+                format_size(family.memtable_bytes),
+                format_size(family.pending_compaction_bytes),
+            )
+            for family in stats.families
+        ],
+    )
+    if bloom is not None and bloom.checked:
+        console.print(
+            f"bloom filters: {bloom.useful_ratio:.1%} of {bloom.checked:,} file probes skipped a read; "
+            f"false positives {_number(100 * (bloom.false_positive_rate or 0.0), 2)}%",
+            highlight=False,
+        )
+    else:
+        console.print("bloom filters: no statistics yet (the worker dumps them every few minutes)", highlight=False)
+
+
+def stats(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """RocksDB's per-level compaction table per column family, estimated keys, sizes and bloom-filter usefulness.
+
+    Example: dedupectl stats -d /var/lib/dedupectl -p 0
+    """
+    results = [store_stats(ref) for ref in _refs(data_dir, topic, partition)]
+    if json_output:
+        print_json(
+            [
+                {
+                    **asdict(result),
+                    "bloom": None
+                    if result.bloom is None
+                    else {
+                        **asdict(result.bloom),
+                        "checked": result.bloom.checked,
+                        "useful_ratio": result.bloom.useful_ratio,
+                        "false_positive_rate": result.bloom.false_positive_rate,
+                    },
+                }
+                for result in results
+            ]
+        )
+        return
+    for result in results:
+        _print_stats(result)
+
+
+# -- sst -------------------------------------------------------------------------------------------------
+
+
+def sst(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    family: list[str] | None = typer.Option(None, "--family", "-f", help="ids, times or meta (repeatable)."),
+    json_output: bool = JsonOption,
+) -> None:
+    """The live SST files: family, level, size, smallest and largest key, entries and deletions (tombstones).
+
+    An ids file's keys are its batch markers: its smallest and largest keys are the sequence range it holds.
+
+    Example: dedupectl sst -d /var/lib/dedupectl -p 3 -f ids
+    """
+    for name in family or []:
+        if name not in ("ids", "times", "meta"):
+            raise ConfigError(f"unknown family {name!r}", "use ids, times or meta")
+    rows = list_sst(_refs(data_dir, topic, partition), family)
+    if json_output:
+        print_json(rows)
+        return
+    print_table(
+        "live SST files",
+        ["partition", "family", "level", "file", "size", "smallest", "largest", "entries", "deletions"],
+        [
+            (
+                row.partition,
+                row.family,
+                f"L{row.level}",
+                row.file,
+                format_size(row.size),
+                row.smallest,
+                row.largest,
+                _count(row.entries),
+                _count(row.deletions),
+            )
+            for row in rows
+        ],
+    )
+
+
+# -- compactions -----------------------------------------------------------------------------------------
+
+
+def _job_row(partition: int, job: Job) -> tuple:
+    inputs = " + ".join(f"{count}@{level}" for level, count in job.inputs.items()) or "memtable"
+    output = "-" if job.output_files is None else f"{job.output_files}@L{job.output_level}"
+    stamp = job.started or job.finished or "-"
+    return (
+        partition,
+        f"{stamp[5:10].replace('/', '-')} {stamp[11:19]}" if len(stamp) >= 19 else stamp,  # the LOG's local time
+        job.job if job.job is not None else "-",
+        f"{job.kind} {job.family or ''}".strip(),
+        job.reason or "-",
+        inputs,
+        output,
+        f"{format_size(job.bytes_in)} → {format_size(job.bytes_out)}",
+        _count(job.keys_in),
+        _count(job.keys_dropped),
+        _number(job.seconds, 2) if job.done else "running",
+    )
+
+
+_JOB_COLUMNS = ["partition", "started", "job", "what", "reason", "inputs", "output", "bytes"]
+_JOB_COLUMNS += ["keys in", "dropped", "seconds"]
+
+
+def compactions(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    last: int = typer.Option(20, "--last", "-n", help="How many recent jobs per partition."),
+    follow: bool = typer.Option(False, "--follow", help="Keep watching and print each job as it finishes."),
+    follow_seconds: float | None = typer.Option(
+        None, "--follow-seconds", help="With --follow: stop after this many seconds."
+    ),
+    json_output: bool = JsonOption,
+) -> None:
+    """Recent flush and compaction jobs from each store's LOG: reason, inputs per level, output, bytes, keys.
+
+    Example: dedupectl compactions -d /var/lib/dedupectl -p 0 --follow
+    """
+    if last <= 0:
+        raise ConfigError(f"--last must be positive, got {last}")
+    refs = _refs(data_dir, topic, partition)
+    recent = [(ref.partition, job) for ref in refs for job in read_jobs(ref.path, last=last)]
+    if json_output and not follow:
+        print_json([{"partition": p, **asdict(job), "keys_dropped": job.keys_dropped} for p, job in recent])
+        return
+    if not json_output:
+        print_table("recent flushes and compactions", _JOB_COLUMNS, [_job_row(p, job) for p, job in recent])
+    if not follow:
+        return
+    deadline = None if follow_seconds is None else time.monotonic() + follow_seconds
+    err_console.print("following (Ctrl-C to stop)", highlight=False)
+    try:
+        for index, job in follow_jobs(
+            [ref.path for ref in refs], stop=lambda: deadline is not None and time.monotonic() >= deadline
+        ):
+            if json_output:
+                print_json({"partition": refs[index].partition, **asdict(job), "keys_dropped": job.keys_dropped})
+            else:
+                console.print(" | ".join(str(cell) for cell in _job_row(refs[index].partition, job)), highlight=False)
+    except KeyboardInterrupt:
+        return
+
+
+# -- lookup ----------------------------------------------------------------------------------------------
+
+
+def lookup(
+    ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID..."),
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Is this id in the window? Its partition, sequence number, record timestamp and age.
+
+    Example: dedupectl lookup -d /var/lib/dedupectl ajs-8f3c2e1d0b9a47c6a5d4e3f2a1b0c9d8
+    """
+    results = lookup_ids(_refs(data_dir, topic, partition), ids)
+    if json_output:
+        print_json(results)
+        return
+    print_table(
+        "lookup",
+        ["id", "partition", "in window", "seq", "timestamp", "age"],
+        [
+            (
+                r.id,
+                "-" if r.partition is None else r.partition,
+                "yes" if r.in_window else "no",
+                _count(r.seq),
+                _when(r.timestamp_ms),
+                format_duration(r.age_seconds),
+            )
+            for r in results
+        ],
+    )
+
+
+# -- compact ---------------------------------------------------------------------------------------------
+
+
+def compact(
+    data_dir: Path = DataDirOption,
+    topic: str | None = TopicOption,
+    partition: list[int] | None = PartitionOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Compact a stopped store: drop aged-out files, merge small ones, clear the tombstones aging left.
+
+    Refuses while a worker holds the store.
+
+    Example: dedupectl compact -d /var/lib/dedupectl -p 0
+    """
+    refs = _refs(data_dir, topic, partition)
+    with err_console.status("compacting") as status:
+        outcomes = compact_stores(refs, on_store=lambda ref: status.update(f"compacting partition {ref.partition}"))
+    if json_output:
+        print_json(outcomes)
+        return
+    print_table(
+        "compacted",
+        ["partition", "files", "tombstones", "bytes on disk", "aged-out files dropped", "seconds"],
+        [
+            (
+                o.partition,
+                f"{o.files_before} → {o.files_after}",
+                f"{o.tombstones_before:,} → {o.tombstones_after:,}",
+                f"{format_size(o.bytes_before)} → {format_size(o.bytes_after)}",
+                o.dead_files_dropped,
+                _number(o.seconds, 2),
+            )
+            for o in outcomes
+        ],
+    )
+
+
+COMMANDS: Sequence = (age, window, stats, sst, compactions, lookup, compact)
+
+
+def register(app: typer.Typer) -> None:
+    for command in COMMANDS:
+        app.command(command.__name__)(command)

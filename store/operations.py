@@ -1,0 +1,285 @@
+"""The store operations behind ``dedupectl age``, ``lookup``, ``sst`` and ``compact``, one function each.
+
+Reading operations open secondary instances (no lock: safe while the worker runs); ``age`` (without
+``--dry-run``) and ``compact`` need the store to themselves and refuse while a worker holds it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from rocksdict import BottommostLevelCompaction, CompactOptions
+
+from dedupectl.errors import StoreLockedError
+from store.aging import AgingPolicy, age_fully, drop_dead_files, plan_aging
+from store.codec import CF_IDS, CF_META, CF_TIMES, decode_id, decode_marker, decode_seq, is_marker
+from store.dedup_store import DedupStore
+from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
+from store.selection import StoreRef
+from store.window import oldest_live
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _open_writable(ref: StoreRef, verb: str, hint: str) -> DedupStore:
+    try:
+        return DedupStore.open_existing(ref.path)
+    except StoreLockedError as error:
+        raise StoreLockedError(f"cannot {verb} {ref.path}: a worker holds it", hint) from error
+
+
+# -- age -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AgeOutcome:
+    topic: str
+    partition: int
+    dry_run: bool
+    reason: str  # what bound applies: max_keys, max_bytes or "within policy"
+    live_ids_before: int
+    ids_aged: int
+    live_ids_after: int
+    first_live_seq_after: int
+    bytes_before: int
+    bytes_freed: int  # dry run: bytes of the files that would be dropped
+    window_seconds_before: float | None
+    window_seconds_after: float | None
+
+
+def _window_at(store: DedupStore, seq: int, now_ms: int) -> float | None:
+    if seq >= store.state.next_seq:
+        return None
+    return max((now_ms - store.timestamps([seq])[0]) / 1000, 0.0)
+
+
+def age_stores(
+    refs: Sequence[StoreRef],
+    policy: AgingPolicy,
+    *,
+    dry_run: bool = False,
+    on_store: Callable[[StoreRef], None] | None = None,
+) -> list[AgeOutcome]:
+    """Apply (or, with ``dry_run``, only work out) the policy on each store."""
+    outcomes = []
+    for ref in refs:
+        if on_store is not None:
+            on_store(ref)
+        now_ms = _now_ms()
+        if dry_run:
+            with DedupStore.open_secondary(ref.path) as store:
+                plan = plan_aging(store, policy)
+                before = sst_bytes(store)
+                freed = sum(
+                    file.size
+                    for file in ids_files(store)
+                    if file.seq_range is not None and file.seq_range[1] < plan.target_cut
+                )
+                oldest = oldest_live(store)
+                outcomes.append(
+                    AgeOutcome(
+                        topic=ref.topic,
+                        partition=ref.partition,
+                        dry_run=True,
+                        reason=plan.reason,
+                        live_ids_before=plan.live_ids,
+                        ids_aged=plan.ids_to_age,
+                        live_ids_after=plan.live_ids - plan.ids_to_age,
+                        first_live_seq_after=plan.target_cut,
+                        bytes_before=before,
+                        bytes_freed=freed,
+                        window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
+                        window_seconds_after=_window_at(store, plan.target_cut, now_ms),
+                    )
+                )
+            continue
+        store = _open_writable(
+            ref,
+            "age",
+            "stop the worker first (a running worker ages its stores itself, from its max_keys/max_bytes), "
+            "or add --dry-run to see what aging would do",
+        )
+        with store:
+            plan = plan_aging(store, policy)
+            before = sst_bytes(store)
+            oldest = oldest_live(store)
+            result = age_fully(store, policy)
+            outcomes.append(
+                AgeOutcome(
+                    topic=ref.topic,
+                    partition=ref.partition,
+                    dry_run=False,
+                    reason=plan.reason,
+                    live_ids_before=plan.live_ids,
+                    ids_aged=result.aged,
+                    live_ids_after=result.live_ids,
+                    first_live_seq_after=result.first_live_seq,
+                    bytes_before=before,
+                    bytes_freed=result.bytes_dropped,
+                    window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
+                    window_seconds_after=_window_at(store, result.first_live_seq, now_ms),
+                )
+            )
+    return outcomes
+
+
+# -- lookup ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    id: str
+    topic: str
+    partition: int | None  # where it was found (None: in none of the stores searched)
+    in_window: bool
+    seq: int | None
+    timestamp_ms: int | None
+    age_seconds: float | None
+
+
+def lookup_ids(refs: Sequence[StoreRef], ids: Sequence[str]) -> list[LookupResult]:
+    """For each id, the store that holds it within its window, with sequence number, timestamp and age."""
+    raw = [message_id.encode() for message_id in ids]
+    found: dict[int, tuple[StoreRef, int, int]] = {}
+    for ref in refs:
+        with DedupStore.open_secondary(ref.path) as store:
+            for index, hit in enumerate(store.lookup_many(raw)):
+                if hit is not None and index not in found:
+                    found[index] = (ref, hit[0], hit[1])
+    now_ms = _now_ms()
+    topic = refs[0].topic if refs else ""
+    results = []
+    for index, message_id in enumerate(ids):
+        if index in found:
+            ref, seq, stamp = found[index]
+            results.append(
+                LookupResult(message_id, ref.topic, ref.partition, True, seq, stamp, max((now_ms - stamp) / 1000, 0.0))
+            )
+        else:
+            results.append(LookupResult(message_id, topic, None, False, None, None, None))
+    return results
+
+
+# -- sst -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SstRow:
+    topic: str
+    partition: int
+    family: str
+    level: int
+    file: str
+    size: int
+    smallest: str
+    largest: str
+    entries: int
+    deletions: int
+    first_seq: int | None  # ids files: the sequence range they hold
+    last_seq: int | None
+
+
+def readable_key(family: str, key: bytes) -> str:
+    """Ids as text, sequence numbers as integers, metadata keys as they are."""
+    if family == CF_IDS:
+        if is_marker(key):
+            return f"seq {decode_marker(key)}"
+        try:
+            return decode_id(key).decode("utf-8", "backslashreplace")
+        except ValueError:
+            return key.hex()
+    if family == CF_TIMES and len(key) == 8:
+        return f"seq {decode_seq(key)}"
+    return key.decode("utf-8", "backslashreplace")
+
+
+def _row(ref: StoreRef, file: SstFile) -> SstRow:
+    seq_range = file.seq_range
+    return SstRow(
+        topic=ref.topic,
+        partition=ref.partition,
+        family=file.family,
+        level=file.level,
+        file=f"{file.number:06d}.sst",
+        size=file.size,
+        smallest=readable_key(file.family, file.smallest),
+        largest=readable_key(file.family, file.largest),
+        entries=file.entries,
+        deletions=file.deletions,
+        first_seq=seq_range[0] if seq_range else None,
+        last_seq=seq_range[1] if seq_range else None,
+    )
+
+
+def list_sst(refs: Sequence[StoreRef], families: Sequence[str] | None = None) -> list[SstRow]:
+    rows = []
+    for ref in refs:
+        with DedupStore.open_secondary(ref.path) as store:
+            selected = tuple(families) if families else (CF_IDS, CF_TIMES, CF_META)
+            rows.extend(_row(ref, file) for file in sst_files(store, selected))
+    return rows
+
+
+# -- compact ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompactOutcome:
+    topic: str
+    partition: int
+    files_before: int
+    files_after: int
+    tombstones_before: int
+    tombstones_after: int
+    bytes_before: int
+    bytes_after: int
+    dead_files_dropped: int
+    seconds: float
+
+
+def compact_stores(
+    refs: Sequence[StoreRef], on_store: Callable[[StoreRef], None] | None = None
+) -> list[CompactOutcome]:
+    """Drop ``ids`` files wholly aged out, merge small ``ids`` files, and compact ``times``/``meta`` to the
+    bottom level so range tombstones left by aging go. Needs the worker stopped."""
+    outcomes = []
+    for ref in refs:
+        if on_store is not None:
+            on_store(ref)
+        store = _open_writable(
+            ref,
+            "compact",
+            "stop the worker first: compaction competes with ingest for disk and CPU, and the running worker "
+            "already drops aged-out files as it goes",
+        )
+        with store:
+            started = time.perf_counter()
+            bytes_before = dir_bytes(ref.path)
+            store.flush()  # so the memtables' tombstones count among the files' and go with them
+            before = sst_files(store)
+            dead, _ = drop_dead_files(store)
+            options = CompactOptions()
+            options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+            for name in (CF_TIMES, CF_META):
+                store.family(name).compact_range(None, None, options)
+            store.family(CF_IDS).compact_range(None, None)  # FIFO: merges small neighbouring files
+            after = sst_files(store)
+            outcomes.append(
+                CompactOutcome(
+                    topic=ref.topic,
+                    partition=ref.partition,
+                    files_before=len(before),
+                    files_after=len(after),
+                    tombstones_before=sum(file.deletions for file in before),
+                    tombstones_after=sum(file.deletions for file in after),
+                    bytes_before=bytes_before,
+                    bytes_after=dir_bytes(ref.path),
+                    dead_files_dropped=dead,
+                    seconds=time.perf_counter() - started,
+                )
+            )
+    return outcomes

@@ -1,0 +1,94 @@
+"""The effective window: how far back a partition's store remembers, i.e. the age of its oldest live id.
+
+Aging is bounded by size, so the window is what shrinks when traffic grows; when it falls under the floor
+(24 h by default) a duplicate arriving later than that is no longer caught, and on-call must act (see
+docs/runbooks/effective-window-below-24h.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from store.dedup_store import DedupStore
+from store.footprint import dir_bytes, sst_bytes
+from store.selection import StoreRef
+
+DEFAULT_FLOOR_SECONDS = 24 * 3600.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    topic: str
+    partition: int
+    path: Path
+    live_ids: int
+    sst_bytes: int
+    disk_bytes: int
+    oldest_seq: int | None
+    oldest_ts_ms: int | None
+    newest_seq: int | None
+    newest_ts_ms: int | None
+    window_seconds: float | None  # None: the store holds no id
+
+    @property
+    def bytes_per_id(self) -> float | None:
+        return self.disk_bytes / self.live_ids if self.live_ids else None
+
+    def below(self, floor_seconds: float) -> bool:
+        """Under the floor; an empty store protects nothing yet but has nothing to lose either: not below."""
+        return self.window_seconds is not None and self.window_seconds < floor_seconds
+
+
+def oldest_live(store: DedupStore) -> tuple[int, int] | None:
+    """``(seq, timestamp_ms)`` of the oldest id in the window, ``None`` when there is none."""
+    state = store.state
+    if state.live_ids <= 0:
+        return None
+    return state.first_live_seq, store.timestamps([state.first_live_seq])[0]
+
+
+def effective_window_seconds(store: DedupStore, now_ms: int | None = None) -> float | None:
+    """Age in seconds of the oldest live id (one seek: cheap enough for the worker's gauge every batch)."""
+    oldest = oldest_live(store)
+    if oldest is None:
+        return None
+    return max(((now_ms if now_ms is not None else _now_ms()) - oldest[1]) / 1000, 0.0)
+
+
+def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | None = None) -> WindowInfo:
+    state = store.state
+    oldest = oldest_live(store)
+    newest = None
+    if oldest is not None:
+        newest_seq = state.next_seq - 1
+        newest = (newest_seq, store.timestamps([newest_seq])[0])
+    now_ms = now_ms if now_ms is not None else _now_ms()
+    return WindowInfo(
+        topic=ref.topic if ref else store.identity.topic,
+        partition=ref.partition if ref else store.identity.partition,
+        path=store.path,
+        live_ids=state.live_ids,
+        sst_bytes=sst_bytes(store),
+        disk_bytes=dir_bytes(store.path),
+        oldest_seq=oldest[0] if oldest else None,
+        oldest_ts_ms=oldest[1] if oldest else None,
+        newest_seq=newest[0] if newest else None,
+        newest_ts_ms=newest[1] if newest else None,
+        window_seconds=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
+    )
+
+
+def read_windows(refs: Sequence[StoreRef], now_ms: int | None = None) -> list[WindowInfo]:
+    """Window of each store, read through secondary instances (no lock: the worker keeps running)."""
+    infos = []
+    for ref in refs:
+        with DedupStore.open_secondary(ref.path) as store:
+            infos.append(window_info(store, ref, now_ms))
+    return infos

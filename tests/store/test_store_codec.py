@@ -1,0 +1,113 @@
+"""The schema-2 byte layout: ids packed exactly (never hashed), sequence values and timestamps compact."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from store.codec import (
+    AJS_PREFIX,
+    decode_id,
+    decode_seq_value,
+    decode_times,
+    encode_id,
+    encode_ids,
+    encode_seq_values,
+    encode_times,
+    times_at,
+    times_count,
+)
+
+
+def _ajs(rng: random.Random) -> bytes:
+    return f"ajs-{rng.getrandbits(128):032x}".encode()
+
+
+def test_ajs_ids_pack_to_18_bytes_and_back_exactly():
+    rng = random.Random(1)
+    ids = [_ajs(rng) for _ in range(2_000)]
+    keys = encode_ids(ids)
+    assert keys == [encode_id(message_id) for message_id in ids]  # the bulk path agrees with the per-id one
+    assert all(len(key) == 18 and key.startswith(AJS_PREFIX) for key in keys)
+    assert [decode_id(key) for key in keys] == ids
+    assert len(set(keys)) == len(ids)
+
+
+@pytest.mark.parametrize(
+    "message_id",
+    [
+        b"ajs-" + b"A" * 32,  # upper-case hex: not the packed form, stored raw
+        b"ajs-" + b"0" * 31,  # too short
+        b"ajs-" + b"0" * 33,  # too long
+        b"ajs-" + b"g" * 32,  # not hex
+        b"AJS-" + b"0" * 32,
+        str(uuid.UUID(int=7)).encode(),
+        str(uuid.UUID(int=7)).upper().encode(),
+        "é-id".encode(),
+        b"",
+        b"\x00\xff",
+    ],
+)
+def test_every_id_round_trips(message_id):
+    assert decode_id(encode_id(message_id)) == message_id
+    assert [decode_id(key) for key in encode_ids([message_id, message_id + b"x"])] == [message_id, message_id + b"x"]
+
+
+def test_ids_that_differ_only_in_case_never_share_a_key():
+    lower, upper = b"ajs-" + b"ab" * 16, b"ajs-" + b"AB" * 16
+    assert encode_id(lower) != encode_id(upper)
+    assert len(set(encode_ids([lower, upper]))) == 2
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        # concatenations that look like valid ajs ids but are not split at id boundaries
+        [b"ajs-" + b"0" * 32 + b"ajs-" + b"0" * 28, b"0000"],
+        [b"ajs-" + b"0" * 32 + b"\najs-" + b"0" * 27, b"0000"],
+        [b"ajs-" + b"0" * 31 + b"\n", b"ajs-" + b"0" * 32],
+        [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 31 + b"j"],
+    ],
+)
+def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
+    assert encode_ids(batch) == [encode_id(message_id) for message_id in batch]
+    assert [decode_id(key) for key in encode_ids(batch)] == batch
+
+
+def test_uuids_pack_to_17_bytes():
+    value = str(uuid.UUID(int=2**127 + 5)).encode()
+    assert len(encode_id(value)) == 17 and decode_id(encode_id(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "width"),
+    [(0, 10, 1), (250, 10, 2), (65_530, 10, 3), (2**32 - 1, 2, 5), (2**40, 1, 6)],
+)
+def test_sequence_values_are_as_wide_as_the_batch_needs(first, count, width):
+    values = encode_seq_values(first, count)
+    assert {len(value) for value in values} == {width}
+    assert [decode_seq_value(value) for value in values] == list(range(first, first + count))
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [[1_700_000_000_000], [5, 3, 3, 10], [0, 40_000], [0, 2**31 + 1, 0], [1_700_000_000_000, 0]],
+)
+def test_timestamps_round_trip_with_any_delta(stamps):
+    value = encode_times(stamps)
+    assert decode_times(value) == stamps and times_count(value) == len(stamps)
+
+
+def test_close_timestamps_cost_two_bytes_each():
+    stamps = [1_700_000_000_000 + 3 * n for n in range(1_000)]
+    assert len(encode_times(stamps)) == 9 + 2 * 999
+
+
+def test_timestamps_are_read_by_index_without_decoding_the_batch():
+    rng = random.Random(5)
+    stamps = [rng.randrange(2**40) for _ in range(100)]
+    value = encode_times(stamps)
+    assert times_at(value, [0, 1, 57, 99]) == [stamps[0], stamps[1], stamps[57], stamps[99]]
+    assert times_at(value, list(range(100))) == stamps

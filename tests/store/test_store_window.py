@@ -1,0 +1,65 @@
+"""The effective window: the age of the oldest live id, per partition, and ``dedupectl window --min``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from dedupectl.cli.app import app
+from store.aging import AgingPolicy, age_step
+from store.dedup_store import DedupStore
+from store.window import effective_window_seconds, window_info
+
+HOUR_MS = 3_600_000
+runner = CliRunner()
+
+
+def _ids(first: int, count: int) -> list[bytes]:
+    return [f"ajs-{n:032x}".encode() for n in range(first, first + count)]
+
+
+def test_the_window_is_the_age_of_the_oldest_live_id(tmp_path: Path):
+    now_ms = 1_700_000_000_000
+    with DedupStore.open(tmp_path / "events-0", topic="events", partition=0) as store:
+        assert effective_window_seconds(store, now_ms) is None  # nothing recorded: no window yet
+        # 48 ids, one an hour: id n was published n hours after the first, 48 hours ago
+        store.record(_ids(0, 48), [now_ms - 48 * HOUR_MS + n * HOUR_MS for n in range(48)])
+        assert effective_window_seconds(store, now_ms) == 48 * 3600
+        age_step(store, AgingPolicy(max_keys=30))  # the 18 oldest go: the oldest left is 30 hours old
+        assert effective_window_seconds(store, now_ms) == 30 * 3600
+        info = window_info(store, now_ms=now_ms)
+        assert (info.live_ids, info.oldest_seq, info.newest_seq) == (30, 18, 47)
+        assert (info.oldest_ts_ms, info.newest_ts_ms) == (now_ms - 30 * HOUR_MS, now_ms - HOUR_MS)
+        assert info.below(31 * 3600) and not info.below(30 * 3600)
+        assert info.disk_bytes > 0 and info.bytes_per_id is not None
+
+
+@pytest.fixture
+def two_partitions(tmp_path: Path) -> Path:
+    """Partition 0 remembers 48 hours, partition 1 only 6; partition 2 is empty."""
+    now_ms = int(time.time() * 1000)
+    data_dir = tmp_path / "data"
+    for partition, hours in ((0, 48), (1, 6), (2, 0)):
+        with DedupStore.open(data_dir / f"events-{partition}", topic="events", partition=partition) as store:
+            if hours:
+                store.record(_ids(partition * 100, 10), [now_ms - hours * HOUR_MS + n for n in range(10)])
+    return data_dir
+
+
+def test_window_min_exit_codes(two_partitions: Path):
+    d = ["-d", str(two_partitions)]
+    result = runner.invoke(app, ["window", *d, "--json"])
+    assert result.exit_code == 0, result.output
+    windows = {row["partition"]: row["window_seconds"] for row in json.loads(result.stdout)}
+    assert windows[2] is None and 47.9 * 3600 < windows[0] < 48.1 * 3600 and 5.9 * 3600 < windows[1] < 6.1 * 3600
+
+    assert runner.invoke(app, ["window", *d, "--min", "5h"]).exit_code == 0  # the empty store is not below
+    below = runner.invoke(app, ["window", *d, "--min", "24h", "--json"])
+    assert below.exit_code == 1
+    assert [row["partition"] for row in json.loads(below.stdout) if row["below_min"]] == [1]
+    assert runner.invoke(app, ["window", *d, "-p", "0", "--min", "24h"]).exit_code == 0
+    assert runner.invoke(app, ["window", *d, "-p", "0", "--min", "2d1h"]).exit_code == 1
