@@ -1,7 +1,9 @@
-"""Making a store agree with its output partition: record every published id the store lacks.
+"""The worker's recovery: make a store agree with the tail of its output partition.
 
-The worker runs ``catch_up`` on every newly assigned partition before it dedups anything there (that is
-its crash recovery); ``dedupectl reconcile --apply`` runs the same over an operator's range.
+Recovery *is* reconcile over the tail with ``apply`` (``reconcile.diff.reconcile_partition``): read the
+output partition from the store's covered output offset to its end (read_committed), record every id found
+there that the store lacks (in output order, so sequence numbers follow publication), and advance the
+covered offset. The worker runs it on every newly assigned partition before it dedups anything there.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from reconcile.diff import ScanRange, reconcile_partition
 from reconcile.scan import OutputReader
 from store.dedup_store import DedupStore
 
@@ -30,23 +33,25 @@ def catch_up(
     progress: Callable[[int, int], None] | None = None,
 ) -> CatchUpResult:
     """Read ``output_topic[partition]`` from the store's covered output offset to the end, record every id
-    the store lacks (in output order, so sequence numbers follow publication), and advance the offset."""
+    the store lacks, and advance the offset. ``progress(scanned, recorded)`` after each batch."""
     start = store.state.output_offset
-    scanned = recorded = 0
-    end = start
-    for batch in reader.scan(output_topic, partition, start):
-        scanned += len(batch.ids)
-        # ids repeated inside the scanned range count once: the first publication is the one recorded
-        fresh_ids, fresh_ts, seen = [], [], set()
-        present = store.contains_many(batch.ids)
-        for message_id, timestamp_ms, known in zip(batch.ids, batch.timestamps_ms, present, strict=True):
-            if not known and message_id and message_id not in seen:
-                seen.add(message_id)
-                fresh_ids.append(message_id)
-                fresh_ts.append(timestamp_ms)
-        end = max(end, batch.position)
-        store.record(fresh_ids, fresh_ts, output_offset=end)
-        recorded += len(fresh_ids)
+    recorded_before = store.state.next_seq
+
+    def on_batch(_position: int, scanned: int) -> None:
         if progress is not None:
-            progress(scanned, recorded)
-    return CatchUpResult(start_offset=start, end_offset=end, scanned=scanned, recorded=recorded)
+            progress(scanned, store.state.next_seq - recorded_before)
+
+    report = reconcile_partition(
+        store,
+        reader,
+        output_topic,
+        partition,
+        ScanRange(start=start, stop=None),
+        apply=True,
+        # ids in the store the output lacks are an operator's question (reconcile): recovery only adds
+        find_unpublished=False,
+        on_batch=on_batch,
+    )
+    return CatchUpResult(
+        start_offset=start, end_offset=report.end_offset, scanned=report.records_scanned, recorded=report.recorded
+    )

@@ -1,16 +1,22 @@
 """Reading one output partition with read_committed, in bounded batches.
 
-This is the single place that reads the output topic back: the worker's recovery and ``dedupectl
-reconcile`` both use it. The output record's key is its ``messageId`` (the worker writes it so).
+This is the single place that reads the output topic back: the worker's recovery, ``dedupectl reconcile``
+and ``verify`` all use it. The output record's key is its ``messageId`` (the worker writes it so).
+
+The loop is the hot path of a reconcile over tens of millions of records, so it touches each message as
+little as a plain consumer would: its key. Offsets and timestamps are read only for the few records a caller
+asks about (``OutputBatch.offset(i)``), never for every record.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from dedupectl.config import KafkaConfig
 from dedupectl.errors import BrokerError
@@ -20,55 +26,86 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05
 
+# The consumer a scan uses; exposed so benchmarks measure their baseline with the very same settings.
+SCAN_CONSUMER_SETTINGS: dict[str, object] = {
+    "group.id": "dedupectl-scan",  # never joined or committed: assign() only
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",  # the start fell behind retention: read what is left
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    # the per-partition fetch cap: librdkafka's 1 MiB default halves the rate of a one-partition scan
+    "fetch.message.max.bytes": 16 * 1024 * 1024,
+    # at the end of a partition the broker holds a fetch this long before answering "no more": a scan
+    # wants that answer now (the default 500 ms made each idle partition cost seconds)
+    "fetch.wait.max.ms": 20,
+}
+
 
 @dataclass(frozen=True)
 class OutputBatch:
-    """Ids, timestamps and offsets of consecutive committed output records; ``position`` is where reading
-    would continue (past any transaction markers)."""
+    """Consecutive committed output records: their ids (keys; ``b""`` when a record has none) and where
+    reading continues (``position``, past any transaction markers)."""
 
     ids: list[bytes]
-    timestamps_ms: list[int]
-    offsets: list[int]
+    messages: list[Message] = field(repr=False)
     position: int
+
+    def offset(self, index: int) -> int:
+        return self.messages[index].offset()
+
+    def timestamp_ms(self, index: int) -> int:
+        return self.messages[index].timestamp()[1]
+
+    @cached_property
+    def offsets(self) -> list[int]:
+        return [message.offset() for message in self.messages]
+
+    @cached_property
+    def timestamps_ms(self) -> list[int]:
+        return [message.timestamp()[1] for message in self.messages]
 
 
 @dataclass(frozen=True)
 class OffsetBounds:
-    low: int
+    low: int  # the first offset retention kept
     end: int  # the last stable offset: what read_committed can read up to
 
 
 def output_bounds(kafka: KafkaConfig, topic: str, partition: int) -> OffsetBounds:
-    consumer = make_consumer(kafka, **{"group.id": "dedupectl-scan", "isolation.level": "read_committed"})
-    try:
-        low, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=kafka.timeout_s)
-    except KafkaException as error:
-        raise unreachable(kafka, str(error)) from error
-    finally:
-        consumer.close()
-    return OffsetBounds(low, end)
+    with OutputReader(kafka) as reader:
+        return reader.bounds(topic, partition)
 
 
 class OutputReader:
     """One read_committed consumer reused for many scans: creating a consumer costs connections and
-    metadata round trips, which would dominate catching up an idle partition."""
+    metadata round trips, which would dominate catching up an idle partition. One thread at a time."""
 
     def __init__(self, kafka: KafkaConfig) -> None:
         self._kafka = kafka
-        self._consumer = make_consumer(
-            kafka,
-            **{
-                "group.id": "dedupectl-scan",  # never joined or committed: assign() only
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",  # the start fell behind retention: read what is left
-                "fetch.max.bytes": 64 * 1024 * 1024,
-                # at the end of a partition the broker holds a fetch this long before answering "no more":
-                # a scan wants that answer now (the default 500 ms made each idle partition cost seconds)
-                "fetch.wait.max.ms": 20,
-            },
-        )
+        self._consumer = make_consumer(kafka, **SCAN_CONSUMER_SETTINGS)
+
+    def bounds(self, topic: str, partition: int) -> OffsetBounds:
+        """The partition's low watermark and last stable offset, asked of the broker now."""
+        try:
+            low, end = self._consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._kafka.timeout_s
+            )
+        except KafkaException as error:
+            raise unreachable(self._kafka, _describe(error)) from error
+        return OffsetBounds(low, end)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose record timestamp is at or after ``timestamp_ms``; None if there is none."""
+        try:
+            (found,) = self._consumer.offsets_for_times(
+                [TopicPartition(topic, partition, timestamp_ms)], timeout=self._kafka.timeout_s
+            )
+        except KafkaException as error:
+            raise unreachable(self._kafka, _describe(error)) from error
+        if found.error is not None:
+            raise BrokerError(f"cannot look up offsets by time in {topic}[{partition}]: {found.error.str()}")
+        return found.offset if found.offset >= 0 else None
 
     def scan(
         self,
@@ -97,7 +134,7 @@ class OutputReader:
                     start_offset,
                 )
         except KafkaException as error:
-            raise unreachable(kafka, str(error)) from error
+            raise unreachable(kafka, _describe(error)) from error
         finally:
             consumer.unassign()
 
@@ -125,6 +162,11 @@ def scan_output(
         yield from reader.scan(topic, partition, start_offset, stop_offset=stop_offset, batch_size=batch_size)
 
 
+def _describe(error: KafkaException) -> str:
+    first = error.args[0] if error.args else error
+    return first.str() if isinstance(first, KafkaError) else str(first)
+
+
 def _read_until_eof(consumer, kafka: KafkaConfig, topic: str, partition: int, stop_offset, batch_size):
     """Consume until end-of-partition (or ``stop_offset``); fail if the broker goes silent for a timeout."""
     # consume() waits its whole timeout unless the batch fills, even after end-of-partition: poll briefly
@@ -137,38 +179,41 @@ def _read_until_eof(consumer, kafka: KafkaConfig, topic: str, partition: int, st
                 raise unreachable(kafka, f"no data and no end-of-partition from {topic}[{partition}]")
             continue
         silent_polls = 0
-        ids: list[bytes] = []
-        timestamps: list[int] = []
-        offsets: list[int] = []
-        at_eof = at_stop = False
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise BrokerError(f"reading {topic}[{partition}] failed: {error.str()}")
-                at_eof = True
-                continue
-            if stop_offset is not None and message.offset() >= stop_offset:
-                at_stop = True
-                break
-            ids.append(message.key() or b"")
-            timestamps.append(message.timestamp()[1])
-            offsets.append(message.offset())
-        if at_stop or (stop_offset is not None and offsets and offsets[-1] + 1 >= stop_offset):
-            yield OutputBatch(ids, timestamps, offsets, stop_offset)
+        ids = [message.key() for message in messages]
+        at_eof = False
+        if None in ids:  # events (end of partition, errors) have no key; so may a stray record
+            messages, ids, at_eof = _drop_events(messages, ids, topic, partition)
+        if stop_offset is not None and messages and messages[-1].offset() + 1 >= stop_offset:
+            cut = bisect.bisect_left(messages, stop_offset, key=Message.offset)
+            yield OutputBatch(ids[:cut], messages[:cut], stop_offset)
             return
-        if ids or at_eof:
-            yield OutputBatch(ids, timestamps, offsets, _position(consumer, kafka, topic, partition, offsets))
+        if messages or at_eof:
+            yield OutputBatch(ids, messages, _position(consumer, kafka, topic, partition, messages))
         if at_eof:
             return
 
 
-def _position(consumer, kafka: KafkaConfig, topic: str, partition: int, offsets: list[int]) -> int:
+def _drop_events(messages: list[Message], ids: list, topic: str, partition: int):
+    """Split records from events; a record without a key stays, with id ``b""``."""
+    records, record_ids, at_eof = [], [], False
+    for message, message_id in zip(messages, ids, strict=True):
+        error = message.error() if message_id is None else None
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise BrokerError(f"reading {topic}[{partition}] failed: {error.str()}")
+            at_eof = True
+            continue
+        records.append(message)
+        record_ids.append(message_id or b"")
+    return records, record_ids, at_eof
+
+
+def _position(consumer, kafka: KafkaConfig, topic: str, partition: int, messages: list[Message]) -> int:
     """Where reading continues: position() is past transaction markers, unlike the last offset + 1."""
     (position,) = consumer.position([TopicPartition(topic, partition)])
     if position.offset >= 0:
         return position.offset
-    if offsets:
-        return offsets[-1] + 1
+    if messages:
+        return messages[-1].offset() + 1
     _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=kafka.timeout_s)
     return end

@@ -1,0 +1,441 @@
+"""One partition's store against a range of its output, and (with ``apply``) the store made to agree.
+
+This is the only comparison in the product: the worker's recovery is this over the tail with ``apply``
+(``reconcile.repair.catch_up``), ``dedupectl reconcile`` is this over an operator's range.
+
+How it stays fast and bounded over tens of millions of records:
+
+- **large lookups, one group ahead.** Every record's id is looked up in the store, ~50,000 at a time (one
+  multi-get reads each store block once for all its ids), in a helper thread while the previous group is
+  compared and librdkafka fetches the next: RocksDB and librdkafka release the GIL (``reconcile.lookup``).
+- **what was matched** is a bitmap of sequence numbers (``reconcile.seqset``) that folds full chunks: flat
+  memory for a healthy store, one bit per number at worst. A number matched twice is a repeat in the output.
+- **ids the store lacks** get the next sequence numbers, in output order: recorded in the store at once
+  with ``apply`` (so their own repeats are found there), else kept in an on-disk scratch map.
+- **ids in the store missing from the output**: the sequence numbers the scanned records matched span a
+  window ``[first, last]``; every live number in it that nobody matched is a candidate. Numbers are dense
+  (every number from the store's cut to its next is an id), so the bitmap alone says whether there is any
+  candidate; only then is the store walked in sequence order (one pass). The window reaches
+  down to the oldest live id when the scan started at offset 0, and up to the store's newest id when the
+  store covers no output past the scan's end (then everything it holds was published by the end). A
+  healthy range has no candidates; when there are some, the rest of the partition is read for them, so
+  an id published outside the range (a range starting with repeats of older ids stretches the window
+  back) is never reported, nor removed.
+
+With ``apply`` the store's covered output offset advances only when the scan started at or before it:
+advancing past offsets nobody read would hide them from the worker's recovery. Candidates the whole
+output lacks are removed from the store: the output is the truth, and a store id it never published
+would make the worker drop that message's next copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from itertools import islice
+
+from reconcile.forget import forget_ids
+from reconcile.lookup import GROUP_RECORDS, Lookup, Prefetcher, look_up
+from reconcile.report import (
+    Coverage,
+    DuplicateSample,
+    MissingSample,
+    PartitionReport,
+    Samples,
+    UnpublishedSample,
+    partition_status,
+    show_id,
+)
+from reconcile.scan import OutputBatch, OutputReader
+from reconcile.scratch import ScratchIds
+from reconcile.seqset import SeqBitmap
+from store.dedup_store import DedupStore
+
+log = logging.getLogger(__name__)
+
+SAMPLE_SIZE = 10
+REPEAT_OFFSETS_KEPT = 5
+# Ids of the store missing from the range are checked against the rest of the partition, held in memory
+# meanwhile: above this many they are reported unchecked and never removed (so many mean a wrong store).
+MAX_CANDIDATES = 100_000
+
+
+@dataclass(frozen=True)
+class ScanRange:
+    """Offsets to compare: ``start`` inclusive (-1: the beginning), ``stop`` exclusive (None: the end as
+    reading reaches it); ``low`` is the partition's first retained offset."""
+
+    start: int
+    stop: int | None
+    low: int = 0
+
+
+class Interrupted(Exception):
+    """Raised inside a partition's comparison when its cancel event is set; the store stays consistent
+    (every batch is one atomic write)."""
+
+
+def reconcile_partition(
+    store: DedupStore,
+    reader: OutputReader,
+    output_topic: str,
+    partition: int,
+    scan_range: ScanRange,
+    *,
+    apply: bool,
+    find_unpublished: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+    sample_size: int = SAMPLE_SIZE,
+    writer_may_run: bool = True,
+) -> PartitionReport:
+    """Compare (and with ``apply`` repair) ``store`` against ``output_topic[partition]`` over ``scan_range``.
+
+    ``on_batch(position, records_scanned)`` is called after every batch. ``writer_may_run``: a read-only
+    store may have a worker writing it, so ids missing at the tail are re-checked for being in flight.
+    """
+    started = time.monotonic()
+    with _Comparison(store, apply, sample_size) as comparison:
+        before = store.state
+        low = max(scan_range.low, 0)
+        # reading from -1 (a fresh store) or from before retention's cut starts at the first retained offset
+        may_advance = apply and max(scan_range.start, low) <= max(before.output_offset, low)
+        position = _scan(comparison, reader, output_topic, partition, scan_range, may_advance, on_batch, cancel)
+        if not store.writable and writer_may_run:
+            comparison.drop_in_flight()
+        window = comparison.window(scan_range, position) if find_unpublished else None
+        candidates = comparison.find_unpublished(window) if window else {}
+        verdict = _judge_unpublished(comparison, reader, output_topic, partition, scan_range, position, candidates)
+        unpublished = comparison.unpublished - len(verdict.elsewhere)
+        return PartitionReport(
+            partition=partition,
+            store=str(store.path),
+            start_offset=max(scan_range.start, low),
+            end_offset=position,
+            records_scanned=comparison.scanned,
+            missing_from_store=comparison.missing,
+            duplicate_records=comparison.duplicate_records,
+            duplicate_ids=comparison.duplicate_ids,
+            unpublished=unpublished,
+            unpublished_verified=verdict.verified,
+            older_than_window=comparison.older_than_window,
+            unkeyed_records=comparison.unkeyed,
+            seq_window=window,
+            applied=apply,
+            recorded=comparison.missing if apply else 0,
+            removed=verdict.removed,
+            published_outside_range=len(verdict.elsewhere),
+            removal_skipped=verdict.removal_skipped,
+            coverage_before=Coverage.of(before),
+            coverage_after=Coverage.of(store.state) if apply else Coverage.of(before),
+            seconds=round(time.monotonic() - started, 3),
+            status=partition_status(
+                applied=apply,
+                missing=comparison.missing,
+                unpublished=unpublished,
+                removed=verdict.removed,
+                removal_skipped=verdict.removal_skipped,
+                duplicates=comparison.duplicate_records,
+            ),
+            samples=comparison.samples(candidates, exclude=verdict.elsewhere),
+        )
+
+
+def _scan(
+    comparison: _Comparison,
+    reader: OutputReader,
+    topic: str,
+    partition: int,
+    scan_range: ScanRange,
+    may_advance: bool,
+    on_batch: Callable[[int, int], None] | None,
+    cancel: threading.Event | None,
+) -> int:
+    """Feed the range to the comparison in groups of batches, each group looked up while the previous one
+    is compared; return where reading stopped."""
+    position = max(scan_range.start, scan_range.low, 0)
+    group: list[OutputBatch] = []
+    pending: tuple[list[OutputBatch], Future[list[Lookup]]] | None = None
+    prefetcher = Prefetcher(comparison.store)
+
+    def compare(batches: list[OutputBatch], looked_up: Future[list[Lookup]]) -> int:
+        reached = position
+        for batch, lookup in zip(batches, looked_up.result(), strict=True):
+            comparison.feed(batch, lookup, advance_to=batch.position if may_advance else None)
+            reached = max(reached, batch.position)
+        if on_batch is not None:
+            on_batch(reached, comparison.scanned)
+        return reached
+
+    try:
+        records = 0
+        for batch in reader.scan(topic, partition, scan_range.start, stop_offset=scan_range.stop):
+            if cancel is not None and cancel.is_set():
+                raise Interrupted
+            group.append(batch)
+            records += len(batch.ids)
+            if records >= GROUP_RECORDS:
+                looked_up = prefetcher.submit([b.ids for b in group])
+                if pending is not None:
+                    position = compare(*pending)
+                pending, group, records = (group, looked_up), [], 0
+        if group:
+            looked_up = prefetcher.submit([b.ids for b in group])
+            if pending is not None:
+                position = compare(*pending)
+            pending = (group, looked_up)
+        if pending is not None:
+            position = compare(*pending)
+    finally:
+        prefetcher.close()
+    return position
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    elsewhere: frozenset[bytes]  # candidates the output holds outside the range
+    verified: bool
+    removed: int
+    removal_skipped: str | None
+
+
+def _judge_unpublished(
+    comparison: _Comparison,
+    reader: OutputReader,
+    topic: str,
+    partition: int,
+    scan_range: ScanRange,
+    position: int,
+    candidates: dict[bytes, int],
+) -> _Verdict:
+    """Check the window's unmatched ids against the rest of the partition; with apply, remove those the
+    whole output lacks."""
+    verified = comparison.unpublished <= MAX_CANDIDATES
+    if not candidates:
+        return _Verdict(frozenset(), verified, 0, None)
+    if not verified:
+        skipped = (
+            f"{comparison.unpublished} ids of the store are missing from the range, more than the "
+            f"{MAX_CANDIDATES} it checks against the whole output: check the store belongs to {topic}"
+        )
+        return _Verdict(frozenset(), False, 0, skipped if comparison.apply else None)
+    # the window says where these ids should be; the rest of the partition may still hold them (a range
+    # that starts with repeats of older ids stretches the window back): look before judging
+    elsewhere = frozenset(_seen_elsewhere(reader, topic, partition, scan_range, position, candidates))
+    removed = 0
+    if comparison.apply:
+        doomed = [(seq, message_id) for message_id, seq in candidates.items() if message_id not in elsewhere]
+        removed = forget_ids(comparison.store, doomed)
+    return _Verdict(elsewhere, True, removed, None)
+
+
+class _Comparison:
+    """The running state of one partition's comparison (one thread)."""
+
+    def __init__(self, store: DedupStore, apply: bool, sample_size: int) -> None:
+        self.store = store
+        self.apply = apply
+        self.sample_size = sample_size
+        self.before = store.state
+        self.limit = self.before.next_seq  # numbers below existed before this run; above are ids found now
+        self.next_new = self.limit
+        self.aged = self.before.first_live_seq > 0
+        self.seen = SeqBitmap()  # numbers matched by a scanned record
+        self.repeated = SeqBitmap()  # numbers already counted as duplicated ids
+        self.scratch = None if apply else ScratchIds()
+        self.window_low: int | None = None
+        self.window_high: int | None = None  # exclusive
+        self.scanned = self.missing = self.missing_in_tail = self.unkeyed = self.older_than_window = 0
+        self.duplicate_records = self.duplicate_ids = self.unpublished = 0
+        self._missing_samples: list[MissingSample] = []
+        self._duplicate_samples: dict[int, tuple[bytes, list[int]]] = {}
+
+    def __enter__(self) -> _Comparison:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.scratch is not None:
+            self.scratch.close()
+
+    # -- scanning ------------------------------------------------------------------------------------
+
+    def feed(self, batch: OutputBatch, looked_up: Lookup, advance_to: int | None) -> None:
+        ids = batch.ids
+        self.scanned += len(ids)
+        new_ids: list[bytes] = []
+        new_timestamps: list[int] = []
+        if looked_up.run_start is not None:  # all present, in order: the common case, one run
+            first = looked_up.run_start
+            for seq in self.seen.add_run(first, first + len(ids)):
+                self._duplicate(ids[seq - first], seq, batch, seq - first)
+            self._widen(first, first + len(ids) - 1)
+        elif ids:
+            self._compare_each(batch, looked_up.seqs, new_ids, new_timestamps)
+        if self.apply and (new_ids or advance_to is not None):
+            state = self.store.record(new_ids, new_timestamps, output_offset=advance_to)
+            if state.next_seq != self.next_new:  # only this process writes: the lock says so
+                raise RuntimeError(f"store sequence moved to {state.next_seq}, expected {self.next_new}")
+        elif new_ids:
+            self.scratch.put_many(new_ids, range(self.next_new - len(new_ids), self.next_new))
+
+    def _found_since(self, ids: list[bytes], seqs: list[int | None]) -> None:
+        """Fill in ids absent from the look-up made ahead: found since (recorded by the previous batch with
+        ``apply``), or remembered in the scratch map (a dry run)."""
+        absent = [i for i, seq in enumerate(seqs) if seq is None]
+        if self.scratch is not None:
+            found = self.scratch.lookup_many([ids[i] for i in absent])
+        else:
+            found = look_up(self.store, [ids[i] for i in absent]).seqs
+        for i, seq in zip(absent, found, strict=True):
+            seqs[i] = seq
+
+    def _compare_each(
+        self, batch: OutputBatch, seqs: list[int | None], new_ids: list[bytes], new_timestamps: list[int]
+    ) -> None:
+        ids = batch.ids
+        if None in seqs:
+            self._found_since(ids, seqs)
+        found_now: dict[bytes, int] = {}
+        for i, (message_id, seq) in enumerate(zip(ids, seqs, strict=True)):
+            if seq is None:
+                seq = found_now.get(message_id)
+            if seq is not None:
+                if seq < self.limit:
+                    self._widen(seq, seq)
+                if self.seen.add(seq):
+                    self._duplicate(message_id, seq, batch, i)
+                continue
+            if not message_id:
+                self.unkeyed += 1
+                continue
+            offset = batch.offset(i)
+            if self.aged and self.window_low is None and offset < self.before.output_offset:
+                # before the first id the store still holds, in a store that has aged: aged out, as designed
+                self.older_than_window += 1
+                continue
+            seq = self.next_new
+            self.next_new += 1
+            found_now[message_id] = seq
+            self.seen.add(seq)
+            new_ids.append(message_id)
+            new_timestamps.append(batch.timestamp_ms(i))
+            self.missing += 1
+            if offset >= self.before.output_offset:
+                self.missing_in_tail += 1
+            if len(self._missing_samples) < self.sample_size:
+                self._missing_samples.append(MissingSample(show_id(message_id), offset, batch.timestamp_ms(i)))
+
+    def _widen(self, low: int, high: int) -> None:
+        """Extend the window by numbers ``low..high`` (only those that existed before this run)."""
+        if low >= self.limit:
+            return
+        high = min(high, self.limit - 1)
+        if self.window_low is None or low < self.window_low:
+            self.window_low = low
+        if self.window_high is None or high + 1 > self.window_high:
+            self.window_high = high + 1
+
+    def _duplicate(self, message_id: bytes, seq: int, batch: OutputBatch, index: int) -> None:
+        self.duplicate_records += 1
+        if not self.repeated.add(seq):
+            self.duplicate_ids += 1
+            if len(self._duplicate_samples) < self.sample_size:
+                self._duplicate_samples[seq] = (message_id, [])
+        sample = self._duplicate_samples.get(seq)
+        if sample is not None and len(sample[1]) < REPEAT_OFFSETS_KEPT:
+            sample[1].append(batch.offset(index))
+
+    # -- after the scan ------------------------------------------------------------------------------
+
+    def drop_in_flight(self, attempts: int = 5, pause_s: float = 0.2) -> None:
+        """Read-only against a running worker: ids it published before the scan's end but recorded after
+        the store was opened are not missing, just in flight. Only ids past the store's covered offset can
+        be; catch up (a few times: the worker records a batch just after committing it) and drop those."""
+        for attempt in range(attempts):
+            if not self.missing_in_tail:
+                return
+            if attempt:
+                time.sleep(pause_s)
+            self.store.refresh()
+            in_flight = self.scratch.forget_present(self.store)
+            if in_flight:
+                log.info("%d ids were recorded by the running worker during the scan: not missing", in_flight)
+                self.missing -= in_flight
+                self.missing_in_tail -= in_flight
+                present = self.store.contains_many([sample.id.encode() for sample in self._missing_samples])
+                self._missing_samples = [
+                    sample for sample, known in zip(self._missing_samples, present, strict=True) if not known
+                ]
+
+    def window(self, scan_range: ScanRange, position: int) -> tuple[int, int] | None:
+        """The store's sequence numbers the scanned range must hold, ``(first, end)``; None if unknown."""
+        low, high = self.window_low, self.window_high
+        if max(scan_range.start, 0) <= scan_range.low == 0:  # the whole history was read from offset 0
+            low = self.before.first_live_seq
+        if self.before.output_offset <= position:  # the store covers nothing past the scan: all it has
+            high = self.limit
+        if low is None or high is None or low >= high:
+            return None
+        return low, high
+
+    def find_unpublished(self, window: tuple[int, int]) -> dict[bytes, int]:
+        """Count the window's live ids nobody matched; return them (id -> seq) for removal, up to the cap."""
+        candidates: dict[bytes, int] = {}
+        # sequence numbers are dense (every number from the cut to the next is an id), so the bitmap alone
+        # says whether any is unmatched; only then is the store read, in one ordered pass over the span
+        first = end = None
+        for low, high in self.seen.missing_runs(*window):
+            first = low if first is None else first
+            end = high
+        if first is None:
+            return candidates
+        for seq, message_id in self.store.iter_by_seq(first, end):
+            if seq in self.seen:
+                continue
+            self.unpublished += 1
+            if len(candidates) < MAX_CANDIDATES:
+                candidates[message_id] = seq
+        return candidates
+
+    def samples(self, candidates: dict[bytes, int], exclude: frozenset[bytes]) -> Samples:
+        kept = ((seq, message_id) for message_id, seq in candidates.items() if message_id not in exclude)
+        unpublished = list(islice(kept, self.sample_size))
+        stamps = self.store.lookup_many([message_id for _, message_id in unpublished])
+        return Samples(
+            missing_from_store=tuple(self._missing_samples),
+            duplicates=tuple(
+                DuplicateSample(show_id(message_id), tuple(offsets))
+                for message_id, offsets in self._duplicate_samples.values()
+            ),
+            unpublished=tuple(
+                UnpublishedSample(show_id(message_id), seq, None if stamp is None else stamp[1])
+                for (seq, message_id), stamp in zip(unpublished, stamps, strict=True)
+            ),
+        )
+
+
+def _seen_elsewhere(
+    reader: OutputReader,
+    topic: str,
+    partition: int,
+    scan_range: ScanRange,
+    position: int,
+    candidates: dict[bytes, int],
+) -> set[bytes]:
+    """Which candidates the output holds outside the scanned range (read from the first retained offset
+    to the start, and from where the scan stopped to the end)."""
+    found: set[bytes] = set()
+    spans = []
+    if max(scan_range.start, 0) > scan_range.low:
+        spans.append((scan_range.low, scan_range.start))
+    if scan_range.stop is not None:
+        spans.append((position, None))
+    for start, stop in spans:
+        for batch in reader.scan(topic, partition, start, stop_offset=stop):
+            if not candidates.keys().isdisjoint(batch.ids):
+                found.update(message_id for message_id in batch.ids if message_id in candidates)
+    return found

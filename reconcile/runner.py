@@ -1,0 +1,211 @@
+"""``dedupectl reconcile`` as one call: pick the partitions, open their stores, resolve the range, compare
+(and repair) each partition, in parallel up to ``jobs``.
+
+Checks run cheapest-first and before any long work, so a bad request fails in a second with one line:
+range syntax, then Kafka (reachable, topic, partition numbers), then the stores (present, a dedup store,
+not held by a worker when repairing), then the range against each partition.
+
+Stores are opened before the range's end is read from Kafka. Read-only, that order is what makes the
+comparison sound against a running worker: everything the store holds was published before the end
+offset the scan stops at.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from dedupectl.config import KafkaConfig
+from dedupectl.errors import RangeError, StoreCorruptError, StoreLockedError, StoreNotFoundError, TopicError
+from dedupectl.kafka_clients import partition_counts
+from reconcile.diff import Interrupted, ScanRange, reconcile_partition
+from reconcile.ranges import Bound, OffsetRange, check_order, resolve_range
+from reconcile.report import PartitionReport, ReconcileReport
+from reconcile.scan import OutputReader
+from store.dedup_store import DedupStore
+from store.layout import list_store_dirs, store_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ReconcileRequest:
+    kafka: KafkaConfig
+    input_topic: str  # stores are named after the input topic
+    output_topic: str
+    data_dir: Path
+    partitions: tuple[int, ...] | None  # None: every partition with a store in data_dir
+    start: Bound | None = None
+    stop: Bound | None = None
+    apply: bool = False
+    jobs: int = 1
+    sample_size: int = 10
+
+
+class ProgressSink(Protocol):
+    def started(self, partition: int, offsets: OffsetRange) -> None: ...
+
+    def advanced(self, partition: int, position: int, records: int) -> None: ...
+
+    def finished(self, partition: int, report: PartitionReport) -> None: ...
+
+
+def run_reconcile(request: ReconcileRequest, progress: ProgressSink | None = None) -> ReconcileReport:
+    """Reconcile the requested partitions; raises a DedupeError (one line, exit 2) for a bad request."""
+    started = time.monotonic()
+    if request.jobs < 1:
+        raise RangeError(f"--jobs must be at least 1, got {request.jobs}")
+    check_order(request.start, request.stop)
+    count = partition_counts(request.kafka, [request.output_topic])[request.output_topic]
+    partitions = _partitions(request, count)
+    with ExitStack() as stack:
+        stores = {p: stack.enter_context(_open_store(request, p)) for p in partitions}
+        ranges = _resolve_ranges(request, partitions)
+        reports = _compare_all(request, stores, ranges, progress)
+    return ReconcileReport(
+        output_topic=request.output_topic,
+        input_topic=request.input_topic,
+        applied=request.apply,
+        partitions=tuple(reports),
+        seconds=round(time.monotonic() - started, 3),
+    )
+
+
+def _partitions(request: ReconcileRequest, count: int) -> list[int]:
+    if request.partitions is None:
+        found = [p for topic, p, _ in list_store_dirs(request.data_dir) if topic == request.input_topic]
+        if not found:
+            raise StoreNotFoundError(
+                f"no dedup stores of topic {request.input_topic!r} in {request.data_dir}",
+                "check --data-dir and --input-topic (stores are named <input topic>-<partition>)",
+            )
+        wanted = found
+    else:
+        wanted = sorted(set(request.partitions))
+    for partition in wanted:
+        if not 0 <= partition < count:
+            raise TopicError(
+                f"partition {partition} does not exist: {request.output_topic!r} has {count} partition(s), "
+                f"0-{count - 1}",
+                "check --partition",
+            )
+    return wanted
+
+
+def _open_store(request: ReconcileRequest, partition: int) -> DedupStore:
+    path = store_path(request.data_dir, request.input_topic, partition)
+    if not request.apply:
+        store = DedupStore.open_secondary(path)
+    else:
+        try:
+            store = DedupStore.open_existing(path)
+        except StoreLockedError as error:
+            raise StoreLockedError(
+                f"partition {partition}'s store {path} is held by {_holder(request, partition)}",
+                "stop the worker for this partition before reconcile --apply (without --apply, reconcile "
+                "works while it runs)",
+            ) from error
+    if (store.identity.topic, store.identity.partition) != (request.input_topic, partition):
+        identity = store.identity
+        store.close()
+        raise StoreCorruptError(
+            f"store {path} belongs to {identity.topic}[{identity.partition}], not {request.input_topic}[{partition}]",
+            "check --data-dir; never copy a store between partitions",
+        )
+    return store
+
+
+def _worker_status(request: ReconcileRequest, partition: int) -> dict | None:
+    """The status file of the worker serving a partition from this data dir, if one is running."""
+    for status_file in sorted(Path(request.data_dir).glob("worker-*.json")):
+        try:
+            status = json.loads(status_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if status.get("input_topic") == request.input_topic and partition in status.get("partitions", []):
+            return status
+    return None
+
+
+def _holder(request: ReconcileRequest, partition: int) -> str:
+    status = _worker_status(request, partition)
+    if status is None:
+        return "another process (a running worker?)"
+    return f"worker {status.get('worker_id')} (pid {status.get('pid')} on {status.get('host')})"
+
+
+def _resolve_ranges(request: ReconcileRequest, partitions: list[int]) -> dict[int, OffsetRange]:
+    with OutputReader(request.kafka) as reader:
+        ranges = {p: resolve_range(reader, request.output_topic, p, request.start, request.stop) for p in partitions}
+    explicit = request.start is not None or request.stop is not None
+    if explicit:
+        for partition, offsets in ranges.items():
+            if offsets.start > offsets.stop:
+                raise RangeError(
+                    f"in partition {partition} the range starts at offset {offsets.start} "
+                    f"({_shown(request.start, 'the first retained offset')}) after it ends at offset "
+                    f"{offsets.stop} ({_shown(request.stop, 'the end')})",
+                    "--from must be the earlier end",
+                )
+        if all(offsets.empty for offsets in ranges.values()):
+            spans = ", ".join(f"{p}: {r.low}-{r.end}" for p, r in ranges.items())
+            raise RangeError(
+                "the range holds no records in any partition asked for",
+                f"the partitions hold offsets (first-end) {spans}",
+            )
+    return ranges
+
+
+def _shown(bound: Bound | None, default: str) -> str:
+    return default if bound is None else bound.text
+
+
+def _compare_all(
+    request: ReconcileRequest,
+    stores: dict[int, DedupStore],
+    ranges: dict[int, OffsetRange],
+    progress: ProgressSink | None,
+) -> list[PartitionReport]:
+    cancel = threading.Event()
+
+    def compare(partition: int) -> PartitionReport:
+        offsets = ranges[partition]
+        if progress is not None:
+            progress.started(partition, offsets)
+        with OutputReader(request.kafka) as reader:
+            report = reconcile_partition(
+                stores[partition],
+                reader,
+                request.output_topic,
+                partition,
+                ScanRange(start=offsets.start, stop=offsets.stop, low=offsets.low),
+                apply=request.apply,
+                on_batch=None if progress is None else lambda pos, n: progress.advanced(partition, pos, n),
+                cancel=cancel,
+                sample_size=request.sample_size,
+                # a worker leaves its status file while it runs (or after a crash: then a re-check costs <1 s)
+                writer_may_run=_worker_status(request, partition) is not None,
+            )
+        if progress is not None:
+            progress.finished(partition, report)
+        return report
+
+    with ThreadPoolExecutor(max_workers=min(request.jobs, len(stores)), thread_name_prefix="reconcile") as pool:
+        futures = [pool.submit(compare, partition) for partition in stores]
+        try:
+            return [future.result() for future in futures]
+        except (KeyboardInterrupt, Interrupted):
+            cancel.set()  # every partition stops after its current batch; each batch was written atomically
+            for future in futures:
+                future.cancel()
+            raise KeyboardInterrupt from None
+        except BaseException:
+            cancel.set()
+            raise
