@@ -100,6 +100,8 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
     metrics_host: str = "0.0.0.0"
+    max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
+    max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
     snapshot_every_s: float | None = None  # periodic snapshots of every held partition (None: on request only)
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
@@ -136,6 +138,8 @@ _WORKER_FIELDS: dict[str, type] = {
     "metrics_port": int,
     "metrics_host": str,
     "timeout_s": float,
+    "max_keys": int,
+    "max_bytes": str,
     "snapshot_every": str,
     "snapshot_to": str,
     "snapshot_keep": int,
@@ -277,12 +281,22 @@ def resolve_worker_config(
             )
             if fields.get(key) is not None
         },
+        max_keys=fields.get("max_keys"),
+        max_bytes=_size(fields.get("max_bytes")),
         snapshot_every_s=_duration(fields.get("snapshot_every")),
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
     )
     _validate(config)
     return config
+
+
+def _size(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from store.sizes import parse_size
+
+    return parse_size(text, what="max_bytes")
 
 
 def _duration(text: str | None) -> float | None:
@@ -305,6 +319,8 @@ def _validate(config: WorkerConfig) -> None:
             raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
     if config.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
+    if config.max_keys is not None and config.max_keys < 1:
+        raise ConfigError(f"max_keys must be at least 1, got {config.max_keys}")
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
         raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:

@@ -21,6 +21,13 @@ class WorkerMetrics:
             "dedupectl_recovered_ids", "Ids found in the output and recorded by recovery", _LABEL, registry=r
         )
         self.store_keys = Gauge("dedupectl_store_keys", "Live ids in the partition's store", _LABEL, registry=r)
+        self.window_seconds = Gauge(
+            "dedupectl_effective_window_seconds",
+            "Age of the oldest live id: how far back a repeat is still caught (page when under the floor)",
+            _LABEL,
+            registry=r,
+        )
+        self.aged = Counter("dedupectl_aged_ids", "Ids aged out of the window by the size bound", _LABEL, registry=r)
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
         self.batch_seconds = Histogram(
             "dedupectl_batch_seconds",

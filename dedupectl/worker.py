@@ -36,8 +36,10 @@ from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import ScheduleConfig, SnapshotSchedule
+from store.aging import AgingPolicy, age_step
 from store.dedup_store import DedupStore
 from store.layout import store_path
+from store.window import effective_window_seconds
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +123,7 @@ class Worker:
         self._producer = None
         self._idle_since: float | None = None
         self._reader: OutputReader | None = None
+        self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -371,6 +374,7 @@ class Worker:
                 output_offset=None if last_output is None else last_output + 1,
             )
             self._account(plan, state.next_seq - state.first_live_seq)
+            self._age(plan.partition, store)
         self._crashpoint("after-record")
         self.summary.batches += 1
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
@@ -527,6 +531,19 @@ class Worker:
             result.scanned,
             result.recorded,
         )
+
+    def _age(self, partition: int, store: DedupStore) -> None:
+        """One bounded aging step between batches (microseconds: it moves the cut and drops whole files),
+        then the effective window for the gauge operators page on."""
+        label = str(partition)
+        if self._aging.bounded:
+            result = age_step(store, self._aging)
+            if result.aged:
+                self.metrics.aged.labels(label).inc(result.aged)
+                self.metrics.store_keys.labels(label).set(result.live_ids)
+        window = effective_window_seconds(store)
+        if window is not None:
+            self.metrics.window_seconds.labels(label).set(window)
 
     def _account(self, plan: _Plan, store_keys: int) -> None:
         label = str(plan.partition)

@@ -41,6 +41,10 @@ def run(
     value_format: str | None = typer.Option(None, help="json (values must be JSON objects) or raw."),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),
+    max_keys: int | None = typer.Option(None, "--max-keys", help="Aging: keep at most this many ids per partition."),
+    max_bytes: str | None = typer.Option(
+        None, "--max-bytes", help="Aging: keep at most this much SST data per partition, e.g. 40GiB."
+    ),
     snapshot_every: str | None = typer.Option(
         None, "--snapshot-every", help="Snapshot every held partition this often, e.g. 1h (failures never stop it)."
     ),
@@ -80,6 +84,8 @@ def run(
             "value_format": value_format,
             "metrics_port": metrics_port,
             "metrics_host": metrics_host,
+            "max_keys": max_keys,
+            "max_bytes": max_bytes,
             "snapshot_every": snapshot_every,
             "snapshot_to": snapshot_to,
             "snapshot_keep": snapshot_keep,

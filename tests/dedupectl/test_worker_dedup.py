@@ -130,3 +130,22 @@ def test_metrics_are_served_per_partition(make_pipeline):
     assert 'dedupectl_store_keys{partition="0"} 1.0' in text
     assert 'dedupectl_transactions_total{outcome="committed"}' in text
     assert "dedupectl_batch_seconds_bucket" in text
+
+
+def test_worker_ages_its_store_to_the_size_bound(make_pipeline):
+    pipeline = make_pipeline(partitions=1)
+    pipeline.produce((f"id-{n}".encode(), event(f"id-{n}", n)) for n in range(300))
+    worker = Worker(pipeline.config(max_keys=50, batch_max_messages=100))
+    port = worker.metrics.serve(0, "127.0.0.1")
+    import threading
+
+    worker.run(threading.Event(), exit_on_idle_s=2)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'dedupectl_aged_ids_total{partition="0"} 250.0' in text
+    assert 'dedupectl_store_keys{partition="0"} 50.0' in text
+    assert 'dedupectl_effective_window_seconds{partition="0"}' in text
+    # an id aged out of the window is new again; one still inside it is a repeat
+    pipeline.produce([(b"id-0", event("id-0", 1000)), (b"id-299", event("id-299", 1001))])
+    again = pipeline.run_worker(pipeline.config(max_keys=50))
+    assert (again.published, again.duplicates) == (1, 1)
+    assert numbers_by_id(read_all(pipeline, pipeline.output_topic))[b"id-0"] == [0, 1000]
