@@ -586,5 +586,12 @@ def stop_on_signals() -> threading.Event:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
+    """This process's own peak resident set size: VmHWM (ru_maxrss would carry a parent's peak across exec)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
