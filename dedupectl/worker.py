@@ -39,12 +39,14 @@ from snapshots.schedule import ScheduleConfig, SnapshotSchedule
 from store.aging import AgingPolicy, age_step
 from store.dedup_store import DedupStore
 from store.layout import store_path
+from store.memory import limit_heap_retention, release_free_memory
 from store.window import effective_window_seconds
 
 log = logging.getLogger(__name__)
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
 COMMIT_RETRIES = 5
+MEMORY_RELEASE_S = 60.0
 
 
 @dataclass
@@ -196,7 +198,8 @@ class Worker:
             [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
         self._write_status()
-        started = last_report = time.monotonic()
+        started = last_report = last_release = time.monotonic()
+        limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
             while not stop.is_set():
                 batch = self._collect(consumer)
@@ -207,6 +210,9 @@ class Worker:
                 elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
                     break
                 self._snapshots.maybe_run({number: owned.store for number, owned in self._partitions.items()})
+                if now - last_release >= MEMORY_RELEASE_S:
+                    release_free_memory()  # a few ms, once a minute
+                    last_release = now
                 if on_progress is not None and now - last_report >= 1.0:
                     on_progress(self.summary)
                     last_report = now
