@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.snapshot_cmds",
     "dedupectl.cli.reconcile_cmd",
     "dedupectl.cli.store_cmds",
+    "dedupectl.cli.spark_cmds",
     "dedupectl.cli.dev_cmd",
 )
 

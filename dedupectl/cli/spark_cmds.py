@@ -1,0 +1,533 @@
+"""``dedupectl audit``, ``replay`` and ``rebuild``: the Spark jobs (dedupectl/spark/)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from dedupectl.cli.common import (
+    BootstrapOption,
+    ConfigOption,
+    JsonOption,
+    KafkaSettingOption,
+    parse_kafka_settings,
+    setup_logging,
+)
+from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
+from dedupectl.config import WorkerConfig, resolve_worker_config
+from dedupectl.errors import ConfigError
+from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
+from reconcile.ranges import FORMS, parse_bound
+
+MasterOption = typer.Option(
+    DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
+)
+ConfOption = typer.Option(None, "--conf", help="A Spark setting, key=value (repeatable), as spark-submit takes it.")
+PrintSubmitOption = typer.Option(
+    False, "--print-submit", help="Print the spark-submit command that runs this job on --master, and exit."
+)
+SparkKafkaOption = typer.Option(
+    None,
+    "--spark-kafka-option",
+    help="A Java Kafka client setting for Spark's Kafka source, key=value (repeatable), e.g. security.protocol=SSL.",
+)
+PartitionOption = typer.Option(None, "--partition", "-p", help="Partition to include (repeatable; default: all).")
+FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
+ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
+LogLevelOption = typer.Option("warning", "--log-level", help="debug, info, warning or error.")
+_FILES = "(archived files)"
+
+
+class _Progress:
+    """The job's step and Spark's tasks on stderr; silent when stderr is not a terminal."""
+
+    def __init__(self) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} tasks"),
+            TimeElapsedColumn(),
+            console=err_console,
+            disable=not err_console.is_terminal,
+            transient=True,
+        )
+        self._task = self._progress.add_task("preparing", total=None)
+
+    def __enter__(self) -> _Progress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def notify(self, message: str) -> None:
+        self._progress.update(self._task, description=message, completed=0, total=None)
+
+    def step(self, description: str) -> None:
+        self._progress.update(self._task, description=description, completed=0, total=None)
+
+    def tasks(self, completed: int, total: int) -> None:
+        self._progress.update(self._task, completed=completed, total=total)
+
+
+def _job_args(command: str) -> list[str]:
+    """This command's arguments as given, minus the options that only make sense here (for spark-submit)."""
+    argv = sys.argv[1:]
+    args = argv[argv.index(command) + 1 :] if command in argv else argv
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--master":
+            skip = True
+        elif not arg.startswith("--master=") and arg != "--print-submit":
+            kept.append(arg)
+    return [command, *kept]
+
+
+def _print_submit(settings: SparkSettings, command: str) -> None:
+    line, redacted = submit_plan(settings, _job_args(command))
+    console.print(line, soft_wrap=True, highlight=False, markup=False)
+    if redacted:
+        err_console.print("secrets were redacted (***): give them to the job with --config or the environment")
+
+
+def _settings(master: str, conf: list[str] | None, app_name: str) -> SparkSettings:
+    return SparkSettings(master=master, conf=parse_conf(conf), app_name=app_name)
+
+
+def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
+    return resolve_worker_config(config, flags=flags)
+
+
+def _bound(text: str | None, option: str):
+    return None if text is None else parse_bound(text, option)
+
+
+def _finish(log_file: Path | None, seconds: float) -> None:
+    where = f"; Spark log: {log_file}" if log_file else ""
+    err_console.print(f"done in {seconds:.1f}s{where}", highlight=False)
+
+
+def _interrupted() -> typer.Exit:
+    print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
+    return typer.Exit(130)
+
+
+# -- audit ---------------------------------------------------------------------------------------------
+
+
+def audit(
+    partition: list[int] | None = PartitionOption,
+    start: str | None = FromOption,
+    stop: str | None = ToOption,
+    output_start: str | None = typer.Option(
+        None, "--output-from", help="Compare this output range instead of the input's time span (with --output-to)."
+    ),
+    output_stop: str | None = typer.Option(None, "--output-to", help="End of the explicit output range, exclusive."),
+    window: str | None = typer.Option(
+        None, "--window", help="Dedup window, e.g. 24h: repeats further apart are not duplicates (default: none)."
+    ),
+    input_files: str | None = typer.Option(
+        None, "--input-files", help="Read the input from archived files (Parquet or JSON lines) instead of Kafka."
+    ),
+    output_files: str | None = typer.Option(
+        None, "--output-files", help="Read the output from archived files instead of Kafka."
+    ),
+    files_format: str = typer.Option("auto", "--files-format", help="auto (by file name), parquet or jsonl."),
+    samples: int = typer.Option(5, "--samples", help="Ids shown per kind of violation and partition."),
+    config: Path | None = ConfigOption,
+    bootstrap_servers: str | None = BootstrapOption,
+    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input topic."),
+    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The worker's output topic."),
+    value_format: str | None = typer.Option(None, "--value-format", help="json or raw, as the worker runs."),
+    id_field: str | None = typer.Option(None, "--id-field", help="JSON field of the id (default messageId)."),
+    kafka_setting: list[str] | None = KafkaSettingOption,
+    spark_kafka_option: list[str] | None = SparkKafkaOption,
+    master: str = MasterOption,
+    conf: list[str] | None = ConfOption,
+    print_submit: bool = PrintSubmitOption,
+    log_level: str = LogLevelOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Prove a range was delivered exactly once: duplicates, losses and extras per partition.
+
+    Reads the input and output (Kafka, or archived files) with Spark and compares their ids
+    with the worker's own rules for valid ids. Exit 0: exactly once; 1: violations; 2: error.
+
+    Example: dedupectl audit -c dedupectl.toml --from 2026-11-21T00:00Z --to 2026-11-22T00:00Z --window 24h
+    """
+    # pyspark is imported only by the Spark commands: every other command starts without it
+    from dedupectl.spark.audit import AuditRequest, parse_window
+    from dedupectl.spark.audit import audit as run
+    from dedupectl.spark.sources import FILE_FORMATS, FileSource, TopicSource
+
+    setup_logging(log_level)
+    settings = _settings(master, conf, "dedupectl-audit")
+    if print_submit:
+        _print_submit(settings, "audit")
+        return
+    if files_format not in FILE_FORMATS:
+        raise ConfigError(f"--files-format must be one of {', '.join(FILE_FORMATS)}, got {files_format!r}")
+    files_only = bool(input_files and output_files)
+    if files_only:  # no Kafka at all: the format of ids comes from the flags alone
+        kafka, topics = None, (None, None)
+        value_format, id_field = value_format or "json", id_field or "messageId"
+    else:
+        worker = _worker_config(
+            config,
+            {
+                "bootstrap_servers": bootstrap_servers,
+                # a side read from files needs no topic: a placeholder satisfies the worker's config checks
+                "input_topic": _FILES if input_files else input_topic,
+                "output_topic": _FILES + " " if output_files else output_topic,
+                "value_format": value_format,
+                "id_field": id_field,
+                "kafka": parse_kafka_settings(kafka_setting),
+            },
+        )
+        kafka, topics = worker.kafka, (worker.input_topic, worker.output_topic)
+        value_format, id_field = worker.value_format, worker.id_field
+    request = AuditRequest(
+        input=FileSource(input_files, files_format) if input_files else TopicSource(topics[0]),
+        output=FileSource(output_files, files_format) if output_files else TopicSource(topics[1]),
+        kafka=kafka,
+        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        partitions=tuple(partition) if partition else None,
+        start=_bound(start, "--from"),
+        stop=_bound(stop, "--to"),
+        output_start=_bound(output_start, "--output-from"),
+        output_stop=_bound(output_stop, "--output-to"),
+        window_ms=None if window is None else parse_window(window),
+        value_format=value_format,
+        id_field=id_field,
+        sample_size=samples,
+    )
+    started = time.monotonic()
+    try:
+        with _Progress() as progress:
+            run_result = run(request, settings, sink=progress, notify=progress.notify)
+    except KeyboardInterrupt:
+        raise _interrupted() from None
+    report = run_result.result
+    if json_output:
+        print_json(
+            {
+                "exit_code": report.exit_code,
+                "violations": report.violations,
+                **{k: getattr(report, k) for k in ("input", "output", "window_ms", "seconds")},
+                "dead_letter_reasons": dict(report.dead_letter_reasons),
+                "partitions": list(report.partitions),
+                "samples": list(report.samples),
+                "master": run_result.master,
+                "spark_log": run_result.log_file,
+            }
+        )
+    else:
+        _render_audit(report)
+        _finish(run_result.log_file, time.monotonic() - started)
+    raise typer.Exit(report.exit_code)
+
+
+def _render_audit(report) -> None:
+    rows = [
+        (
+            "-" if p.partition is None else p.partition,
+            f"{p.input_records:,}",
+            f"{p.distinct_ids:,}",
+            f"{p.output_records:,}",
+            f"{p.duplicate_ids:,}",
+            f"{p.losses:,}",
+            f"{p.extras:,}",
+            p.status,
+        )
+        for p in report.partitions
+    ]
+    window = "whole range" if report.window_ms is None else f"{report.window_ms / 3_600_000:g}h"
+    print_table(
+        f"audit {report.input} → {report.output} (window: {window})",
+        ["partition", "input", "distinct ids", "output", "duplicates", "losses", "extras", "status"],
+        rows,
+    )
+    if report.samples:
+        print_table(
+            "samples",
+            ["kind", "partition", "id", "offsets"],
+            [
+                (
+                    s.kind,
+                    "-" if s.partition is None else s.partition,
+                    s.id.decode("utf-8", "backslashreplace"),
+                    ("input " if s.kind == "loss" else "output ") + ", ".join(map(str, s.offsets)),
+                )
+                for s in report.samples
+            ],
+        )
+    copies, dead = report.total("duplicate_records"), report.total("dead_letters")
+    if copies:
+        console.print(f"{copies:,} duplicate copies published beyond the first of their id")
+    if dead:
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(report.dead_letter_reasons.items()))
+        console.print(f"{dead:,} input records without a valid id (dead letters: {reasons})")
+    beyond = report.total("repeats_beyond_window")
+    if beyond:
+        console.print(f"{beyond:,} repeats further apart than the window (expected: the store forgets older ids)")
+    without_id = report.total("output_without_id")
+    if without_id:
+        console.print(f"{without_id:,} output records without a key (not written by the worker)")
+    total_in = report.total("input_records")
+    rate = (total_in + report.total("output_records")) / report.seconds if report.seconds else 0.0
+    verdict = "exactly once" if not report.violations else f"{report.violations:,} violations"
+    console.print(f"{verdict}: {total_in:,} input records checked in {report.seconds:.1f}s ({rate:,.0f} records/s)")
+
+
+# -- replay --------------------------------------------------------------------------------------------
+
+
+def replay(
+    partition: list[int] | None = PartitionOption,
+    start: str | None = FromOption,
+    stop: str | None = ToOption,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Find what the output lacks; produce nothing."),
+    data_dir: Path | None = typer.Option(
+        None, "--data-dir", "-d", help="Also check the partitions' stores here for ids the worker would drop."
+    ),
+    samples: int = typer.Option(5, "--samples", help="Replayed ids shown per partition."),
+    config: Path | None = ConfigOption,
+    bootstrap_servers: str | None = BootstrapOption,
+    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input topic."),
+    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The worker's output topic."),
+    value_format: str | None = typer.Option(None, "--value-format", help="json or raw, as the worker runs."),
+    id_field: str | None = typer.Option(None, "--id-field", help="JSON field of the id (default messageId)."),
+    kafka_setting: list[str] | None = KafkaSettingOption,
+    spark_kafka_option: list[str] | None = SparkKafkaOption,
+    master: str = MasterOption,
+    conf: list[str] | None = ConfOption,
+    print_submit: bool = PrintSubmitOption,
+    log_level: str = LogLevelOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Re-drive a range of the input: the worker publishes what the output lacks, never twice.
+
+    The first record of each valid id the output lacks is produced again to the input topic (same
+    partition, key, value, headers, timestamp); the worker dedups it like any input, so running
+    twice or while the worker runs is safe. Exit 0: done; 1: some ids are held by a store; 2: error.
+
+    Example: dedupectl replay -c dedupectl.toml --from 2026-11-21T08:00Z --to 2026-11-21T09:00Z
+    """
+    from dedupectl.spark.replay import ReplayRequest
+    from dedupectl.spark.replay import replay as run
+
+    setup_logging(log_level)
+    settings = _settings(master, conf, "dedupectl-replay")
+    if print_submit:
+        _print_submit(settings, "replay")
+        return
+    worker = _worker_config(
+        config,
+        {
+            "bootstrap_servers": bootstrap_servers,
+            "input_topic": input_topic,
+            "output_topic": output_topic,
+            "value_format": value_format,
+            "id_field": id_field,
+            "kafka": parse_kafka_settings(kafka_setting),
+        },
+    )
+    request = ReplayRequest(
+        kafka=worker.kafka,
+        input_topic=worker.input_topic,
+        output_topic=worker.output_topic,
+        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        partitions=tuple(partition) if partition else None,
+        start=_bound(start, "--from"),
+        stop=_bound(stop, "--to"),
+        value_format=worker.value_format,
+        id_field=worker.id_field,
+        dry_run=dry_run,
+        data_dir=data_dir,
+        sample_size=samples,
+    )
+    started = time.monotonic()
+    try:
+        with _Progress() as progress:
+            run_result = run(request, settings, sink=progress, notify=progress.notify)
+    except KeyboardInterrupt:
+        raise _interrupted() from None
+    report = run_result.result
+    if json_output:
+        print_json(
+            {
+                "exit_code": report.exit_code,
+                **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
+                "replayed": report.total("replayed"),
+                "partitions": list(report.partitions),
+                "samples": list(report.samples),
+                "master": run_result.master,
+                "spark_log": run_result.log_file,
+            }
+        )
+    else:
+        _render_replay(report)
+        _finish(run_result.log_file, time.monotonic() - started)
+    raise typer.Exit(report.exit_code)
+
+
+def _render_replay(report) -> None:
+    checked = any(p.held_by_store is not None for p in report.partitions)
+    columns = ["partition", "input offsets", "input", "distinct ids", "missing from output", "replayed"]
+    rows = []
+    for p in report.partitions:
+        row = [p.partition, f"{p.input_offsets[0]}-{p.input_offsets[1]}", f"{p.input_records:,}"]
+        row += [f"{p.distinct_ids:,}", f"{p.missing:,}", f"{p.replayed:,}"]
+        if checked:
+            row.append("-" if p.held_by_store is None else f"{p.held_by_store:,}")
+        rows.append(row)
+    if checked:
+        columns.append("held by store")
+    title = f"replay {report.input_topic} (missing from {report.output_topic}){' --dry-run' if report.dry_run else ''}"
+    print_table(title, columns, rows)
+    if report.samples:
+        print_table(
+            "samples",
+            ["partition", "id", "input offset"],
+            [(s.partition, s.id.decode("utf-8", "backslashreplace"), s.offset) for s in report.samples],
+        )
+    missing, replayed = report.total("missing"), report.total("replayed")
+    if report.dry_run:
+        console.print(f"{missing:,} records would be replayed; run without --dry-run to produce them")
+    elif replayed:
+        console.print(
+            f"{replayed:,} records produced to {report.input_topic}: the worker publishes each id the output lacks"
+            " (confirm with `dedupectl audit` once it caught up)"
+        )
+    else:
+        console.print("nothing to replay: the output holds every valid id of the range")
+    held = report.total("held_by_store")
+    if held:
+        console.print(
+            f"{held:,} missing ids are still in their partition's store, so the worker drops their replay: "
+            "stop the worker, run `dedupectl reconcile --apply -p P` (removes ids the output lacks), replay again"
+        )
+
+
+# -- rebuild -------------------------------------------------------------------------------------------
+
+
+def rebuild(
+    partition: int = typer.Option(..., "--partition", "-p", help="The partition whose store to build."),
+    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    replace: bool = typer.Option(
+        False, "--replace", help="Move an existing store aside (to <store>.replaced-<time>) instead of refusing."
+    ),
+    config: Path | None = ConfigOption,
+    bootstrap_servers: str | None = BootstrapOption,
+    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input (names stores)."),
+    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The topic to build from."),
+    kafka_setting: list[str] | None = KafkaSettingOption,
+    spark_kafka_option: list[str] | None = SparkKafkaOption,
+    master: str = MasterOption,
+    conf: list[str] | None = ConfOption,
+    print_submit: bool = PrintSubmitOption,
+    log_level: str = LogLevelOption,
+    json_output: bool = JsonOption,
+) -> None:
+    """Build a partition's store from the output topic in bulk (sorted SST files, ingested).
+
+    Same ids and sequence order as the worker's store for that output; the worker's recovery
+    then reads only the output that came after. Needs the partition's worker stopped.
+
+    Example: dedupectl rebuild -c dedupectl.toml --partition 3
+    """
+    from dedupectl.spark.rebuild import RebuildRequest
+    from dedupectl.spark.rebuild import rebuild as run
+
+    setup_logging(log_level)
+    settings = _settings(master, conf, "dedupectl-rebuild")
+    if print_submit:
+        _print_submit(settings, "rebuild")
+        return
+    worker = _worker_config(
+        config,
+        {
+            "bootstrap_servers": bootstrap_servers,
+            "input_topic": input_topic,
+            "output_topic": output_topic,
+            "data_dir": data_dir,
+            "kafka": parse_kafka_settings(kafka_setting),
+        },
+    )
+    request = RebuildRequest(
+        kafka=worker.kafka,
+        input_topic=worker.input_topic,
+        output_topic=worker.output_topic,
+        partition=partition,
+        data_dir=Path(worker.data_dir),
+        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        replace=replace,
+    )
+    started = time.monotonic()
+    try:
+        with _Progress() as progress:
+            run_result = run(request, settings, sink=progress, notify=progress.notify)
+    except KeyboardInterrupt:
+        raise _interrupted() from None
+    report = run_result.result
+    if json_output:
+        print_json({**_plain(report), "master": run_result.master, "spark_log": run_result.log_file})
+    else:
+        _render_rebuild(report)
+        _finish(run_result.log_file, time.monotonic() - started)
+
+
+def _plain(report) -> dict:
+    from dataclasses import asdict
+
+    return asdict(report)
+
+
+def _render_rebuild(report) -> None:
+    state = report.state
+    print_table(
+        f"rebuild {report.store}",
+        ["partition", "output offsets", "records read", "ids", "duplicates skipped", "SST files", "next seq"],
+        [
+            (
+                report.partition,
+                f"{report.output_offsets[0]}-{report.output_offsets[1]}",
+                f"{report.records_read:,}",
+                f"{report.ids:,}",
+                f"{report.duplicate_records:,}",
+                f"{report.files} ({report.sst_bytes / 1e6:,.1f} MB)",
+                f"{state.next_seq:,}",
+            )
+        ],
+    )
+    if report.unkeyed_records:
+        console.print(f"{report.unkeyed_records:,} output records without a key were skipped (not the worker's)")
+    if report.replaced is not None:
+        console.print(f"the previous store was moved to {report.replaced}")
+    if report.output_offsets[0] > 0:
+        console.print(
+            f"the output starts at offset {report.output_offsets[0]} (retention): ids published before are not in"
+            " the store"
+        )
+    console.print(
+        f"store covers the output up to offset {state.output_offset}: start the worker, its recovery reads the rest"
+        f" (ordering {report.seconds_ordering:.1f}s, SST files {report.seconds_writing:.1f}s,"
+        f" ingest {report.seconds_ingesting:.1f}s)"
+    )
+
+
+# -- registration --------------------------------------------------------------------------------------
+
+
+def register(app: typer.Typer) -> None:
+    app.command("audit")(audit)
+    app.command("replay")(replay)
+    app.command("rebuild")(rebuild)

@@ -1,0 +1,89 @@
+"""Running one job: checks first, then a session, then the job, with Spark's failures made one line.
+
+A Spark failure arrives as a Java exception chain (Py4J) or a captured exception carrying a Python worker's
+traceback; the operator gets the root cause's first line and the path of the run's Spark log. A
+``DedupeError`` raised inside an executor (the replay's producer, for example) keeps its own message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from dedupectl.errors import DedupeError, SparkError
+from dedupectl.spark.session import SparkSettings, preflight, spark_session
+
+T = TypeVar("T")
+
+_DEDUPE_ERROR = re.compile(r"^dedupectl\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+_DATA_LOSS = "Some data may have been lost"
+
+
+@dataclass(frozen=True)
+class JobRun(Generic[T]):
+    result: T
+    master: str
+    log_file: Path | None
+
+
+def run_job(
+    settings: SparkSettings,
+    job: Callable[[object], T],
+    *,
+    notify: Callable[[str], None] | None = None,
+) -> JobRun[T]:
+    """Preflight, start (or reuse) a session, run ``job(spark)``; every failure is a DedupeError."""
+    jars = preflight(settings, notify)
+    if notify:
+        notify(f"starting Spark ({settings.master})")
+    with spark_session(settings, jars) as (spark, info):
+        try:
+            result = job(spark)
+        except DedupeError:
+            raise
+        except Exception as error:
+            if not _is_spark_error(error):
+                raise
+            raise describe_failure(error, info.log_file) from error
+    return JobRun(result=result, master=info.master, log_file=info.log_file)
+
+
+def _is_spark_error(error: BaseException) -> bool:
+    module = type(error).__module__
+    return module.startswith(("py4j", "pyspark"))
+
+
+def describe_failure(error: BaseException, log_file: Path | None) -> DedupeError:
+    """The one line an operator needs from a failed Spark job."""
+    hint = f"see the Spark log {log_file}" if log_file else "see the Spark driver's log"
+    text = _root_cause(error)
+    inner = _DEDUPE_ERROR.findall(text)
+    if inner:  # our own error, raised on an executor
+        return SparkError(inner[-1].strip())
+    if _DATA_LOSS in text:
+        return SparkError(
+            "records of the range were deleted (retention) while the job read them",
+            "run it again: the range is resolved anew; or narrow --from to what the topic still holds",
+        )
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return SparkError(f"Spark job failed: {first[:400]}", hint)
+
+
+def _root_cause(error: BaseException) -> str:
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        try:
+            cause, seen = java, 0
+            while cause.getCause() is not None and seen < 20:
+                cause, seen = cause.getCause(), seen + 1
+            text = str(cause.toString())
+            # a Python worker's traceback travels inside the Java message
+            full = str(java.toString())
+            return full if "dedupectl.errors." in full else text
+        except Exception:  # the JVM is gone: fall back to the Python-side text
+            pass
+    text = str(error)
+    return text.replace("An error occurred while calling", "calling", 1)

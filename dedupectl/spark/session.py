@@ -1,0 +1,322 @@
+"""The SparkSession every job runs in, the checks that make its failures one clear line, and spark-submit.
+
+Before a JVM starts, ``preflight`` checks what would otherwise fail slowly or cryptically: Java 17+ (Spark 4
+needs it; the launcher adds the ``--add-opens`` module flags Java 17 needs by itself), the Kafka connector
+jars, and for a standalone master that it answers at all (Spark would retry for a minute, then hang).
+
+Spark's console output (the launcher's banner, log4j, the JVM's own warnings, Python worker tracebacks)
+goes to a log file per run under ``<cache>/spark-logs/``: the operator sees dedupectl's progress and result,
+and the log's path when something fails. ``spark.ui.showConsoleProgress`` is off; jobs report progress
+through ``dedupectl.spark.progress``.
+
+Under ``spark-submit`` (``--print-submit``) Spark is already configured: the session is taken as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from dedupectl.config import redact
+from dedupectl.errors import ConfigError, SparkError
+from dedupectl.spark.jars import ConnectorJars, cache_root, ensure_connector_jars
+
+DEFAULT_MASTER = "local[*]"
+MIN_JAVA = 17
+MASTER_PROBE_S = 3.0
+KEEP_LOGS = 20
+SUBMIT_ENTRY = Path(__file__).resolve().parent / "submit.py"
+# The Python driver of an application started by spark-submit finds its JVM through these.
+_SUBMITTED_ENV = "PYSPARK_GATEWAY_PORT"
+
+LOG4J2 = """\
+# dedupectl: Spark's log goes to this run's log file (the JVM's stderr), never to the operator's console
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = %d{HH:mm:ss.SSS} %p %c{1}: %m%n%ex
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+logger.kafka.name = org.apache.kafka
+logger.kafka.level = warn
+"""
+
+_LOCAL = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
+_STANDALONE = re.compile(r"^spark://(?P<hosts>[^/]+)$")
+_OTHER_MASTERS = re.compile(r"^(yarn|k8s://.+|mesos://.+)$")
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Where and how a job runs: ``master`` as spark-submit takes it, plus ``--conf`` overrides."""
+
+    master: str = DEFAULT_MASTER
+    conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    app_name: str = "dedupectl"
+
+    @property
+    def local(self) -> bool:
+        return bool(_LOCAL.match(self.master))
+
+
+def parse_conf(
+    pairs: Sequence[str] | None, option: str = "--conf", example: str = "spark.executor.memory=4g"
+) -> dict[str, str]:
+    """``key=value`` pairs of a repeatable option (``--conf`` as spark-submit takes them)."""
+    conf = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {pair!r} is not key=value", f"write it as {option} {example}")
+        conf[key.strip()] = value
+    return conf
+
+
+def submitted() -> bool:
+    """True inside an application launched by ``spark-submit`` (Spark is configured already)."""
+    return _SUBMITTED_ENV in os.environ
+
+
+# -- preflight -------------------------------------------------------------------------------------------
+
+
+def check_master(master: str, *, probe: bool = True) -> None:
+    """Refuse a malformed master; for ``spark://`` (with ``probe``) fail fast when no listed master answers."""
+    if _LOCAL.match(master) or _OTHER_MASTERS.match(master):
+        return
+    standalone = _STANDALONE.match(master)
+    if not standalone:
+        raise ConfigError(
+            f"--master {master!r} is not a Spark master URL",
+            "use local[*], local[N], spark://host:7077, yarn or k8s://https://host:443",
+        )
+    for host_port in standalone["hosts"].split(","):
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--master {master!r}: {host_port!r} is not host:port", "e.g. spark://spark-master:7077")
+    if not probe:
+        return
+    reasons = []
+    for host_port in standalone["hosts"].split(","):
+        host, _, port = host_port.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=MASTER_PROBE_S):
+                return
+        except OSError as error:
+            reasons.append(f"{host_port}: {error.strerror or error}")
+    raise SparkError(
+        f"cannot reach the Spark master {master} ({'; '.join(reasons)})",
+        "check --master and that the master runs (its web UI shows the spark:// URL to use)",
+    )
+
+
+def java_version() -> tuple[str, int]:
+    """The ``java`` Spark's launcher will use (``$JAVA_HOME/bin/java`` or ``java`` on PATH) and its major version."""
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        java = str(Path(home) / "bin" / "java")
+        if not os.access(java, os.X_OK):
+            raise SparkError(
+                f"JAVA_HOME={home} holds no bin/java", f"point JAVA_HOME at a Java {MIN_JAVA}+ runtime or unset it"
+            )
+    else:
+        found = shutil.which("java")
+        if found is None:
+            raise SparkError(
+                "Java is not installed (no `java` on PATH and no JAVA_HOME); Spark needs it",
+                f"install a Java {MIN_JAVA}+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)",
+            )
+        java = found
+    try:
+        result = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SparkError(f"cannot run {java} -version: {error}", f"install a Java {MIN_JAVA}+ runtime") from error
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', result.stderr + result.stdout)
+    if not match:
+        raise SparkError(f"cannot tell the version of {java}", f"install a Java {MIN_JAVA}+ runtime")
+    major = int(match[2]) if match[1] == "1" else int(match[1])  # "1.8.0_x" is Java 8
+    if major < MIN_JAVA:
+        raise SparkError(
+            f"{java} is Java {major}; Spark needs Java {MIN_JAVA} or newer",
+            f"install Java {MIN_JAVA}+ and point JAVA_HOME at it",
+        )
+    return java, major
+
+
+def preflight(settings: SparkSettings, progress=None) -> ConnectorJars | None:
+    """Everything checked before a JVM starts; returns the connector jars (None under spark-submit)."""
+    if submitted():
+        return None
+    check_master(settings.master)
+    java_version()
+    return ensure_connector_jars(progress)
+
+
+# -- the session -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class SessionInfo:
+    """What a job reports about where it ran."""
+
+    master: str
+    log_file: Path | None
+
+
+def new_log_file(app_name: str) -> Path:
+    """A fresh log file under ``<cache>/spark-logs`` (the oldest beyond KEEP_LOGS are removed)."""
+    folder = cache_root() / "spark-logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    logs = sorted(folder.glob("*.log"), key=lambda path: path.stat().st_mtime)
+    for old in logs[: max(len(logs) - KEEP_LOGS + 1, 0)]:
+        with suppress(OSError):
+            old.unlink()
+    (folder / "log4j2.properties").write_text(LOG4J2)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', app_name)}-{stamp}-{os.getpid()}.log"
+
+
+def spark_conf_entries(settings: SparkSettings, jars: ConnectorJars | None, log_config: Path | None) -> dict[str, str]:
+    """The Spark configuration a job starts with: project defaults, then the operator's ``--conf``."""
+    conf: dict[str, str] = {
+        "spark.app.name": settings.app_name,
+        "spark.ui.showConsoleProgress": "false",  # dedupectl shows progress itself
+    }
+    if jars is not None:
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars.jars)
+    if settings.local:
+        conf.update(
+            {
+                "spark.master": settings.master,
+                "spark.ui.enabled": "false",  # no web server on a laptop or a test run
+                "spark.driver.host": "127.0.0.1",
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.memory": "2g",
+                "spark.sql.shuffle.partitions": "16",  # 200 near-empty tasks cost more than they hold
+                "spark.pyspark.python": sys.executable,  # executors import dedupectl from this interpreter
+            }
+        )
+    else:
+        conf["spark.master"] = settings.master
+    if log_config is not None:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log_config}"
+    for key, value in settings.conf.items():
+        if key == "spark.driver.extraJavaOptions" and key in conf:
+            value = f"{conf[key]} {value}"
+        conf[key] = value
+    return conf
+
+
+@contextmanager
+def spark_session(settings: SparkSettings, jars: ConnectorJars | None) -> Iterator[tuple[object, SessionInfo]]:
+    """A SparkSession for one job, stopped afterwards; an already active one (a test's, a notebook's) is
+    used as it is and left running."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active, SessionInfo(active.sparkContext.master, None)
+        return
+    if submitted():
+        spark = SparkSession.builder.appName(settings.app_name).getOrCreate()
+        spark.sparkContext.setLogLevel("WARN")
+        try:
+            yield spark, SessionInfo(spark.sparkContext.master, None)
+        finally:
+            spark.stop()
+        return
+    log_file = new_log_file(settings.app_name)
+    conf = SparkConf(loadDefaults=False)
+    for key, value in spark_conf_entries(settings, jars, log_file.parent / "log4j2.properties").items():
+        conf.set(key, value)
+    with open(log_file, "ab") as log:
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+            context = SparkContext(conf=conf, gateway=gateway)
+        except Exception as error:
+            raise SparkError(f"Spark did not start: {_first_line(error)}", f"see the Spark log {log_file}") from error
+        spark = SparkSession(context)
+        context.setLogLevel("WARN")
+        try:
+            yield spark, SessionInfo(settings.master, log_file)
+        finally:
+            spark.stop()
+            # the next session in this process must launch its own JVM, with its own configuration
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+            with suppress(Exception):
+                gateway.shutdown()
+            if gateway.proc is not None:
+                with suppress(Exception):
+                    gateway.proc.stdin.close()
+                    gateway.proc.wait(timeout=30)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+# -- spark-submit ----------------------------------------------------------------------------------------
+
+
+def submit_command(settings: SparkSettings, jars: ConnectorJars | None, job_args: Sequence[str]) -> list[str]:
+    """The ``spark-submit`` command that runs the same job on ``settings.master``."""
+    command = [_spark_submit(), "--master", settings.master, "--name", settings.app_name]
+    if jars is not None:
+        command += ["--jars", ",".join(str(jar) for jar in jars.jars)]
+    for key, value in settings.conf.items():
+        command += ["--conf", f"{key}={value}"]
+    command += ["--conf", "spark.ui.showConsoleProgress=false", str(SUBMIT_ENTRY), *job_args]
+    return command
+
+
+def _spark_submit() -> str:
+    """``spark-submit`` of the Spark on PATH (a cluster's gateway), else the one pyspark ships."""
+    if shutil.which("spark-submit"):
+        return "spark-submit"
+    import pyspark
+
+    return str(Path(pyspark.__file__).resolve().parent / "bin" / "spark-submit")
+
+
+def format_command(command: Sequence[str]) -> str:
+    return " ".join(shlex.quote(part) for part in command)
+
+
+def submit_plan(settings: SparkSettings, job_args: Sequence[str], notify=None) -> tuple[str, bool]:
+    """``--print-submit``: the spark-submit command line for this job, and whether secrets were redacted.
+
+    ``job_args`` are the command's own arguments without ``--master``/``--print-submit``; secret-looking
+    ``-X``/``--spark-kafka-option`` values are replaced by ``***`` (pass secrets with ``--config`` or the
+    environment on the cluster instead of a command line)."""
+    check_master(settings.master, probe=False)  # the cluster may be reachable only from where it is submitted
+    jars = ensure_connector_jars(notify)
+    args, redacted = redact_args(job_args)
+    return format_command(submit_command(settings, jars, args)), redacted
+
+
+def redact_args(args: Sequence[str]) -> tuple[list[str], bool]:
+    out, redacted = [], False
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and value and redact({key: value})[key] != value:
+            arg, redacted = f"{key}=***", True
+        out.append(arg)
+    return out, redacted

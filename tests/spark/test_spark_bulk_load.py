@@ -1,0 +1,70 @@
+"""store.bulk_load without Spark: SST files written per bucket and ingested give the store DedupStore.record
+gives, read back through the store's own API (so a change of layout in store/codec.py that the bulk load
+does not follow fails here first)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dedupectl.errors import StoreCorruptError
+from store.aging import AgingPolicy, age_step
+from store.bulk_load import LoadLayout, ingest, write_bucket
+from store.codec import StoreState
+from store.dedup_store import DedupStore
+from store.footprint import ids_files
+
+LAYOUT = LoadLayout(batch_ids=50, bucket_ids=200)
+
+
+def _ids(count: int) -> list[bytes]:
+    rng = random.Random(3)
+    shapes = [
+        lambda: f"ajs-{rng.getrandbits(128):032x}",
+        lambda: "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}".format(*(rng.getrandbits(b) for b in (32, 16, 12, 12, 48))),
+        lambda: f"order:{rng.getrandbits(40)}",
+    ]
+    return [shapes[i % 7 % 3]().encode() for i in range(count)]
+
+
+def _contents(store: DedupStore) -> tuple:
+    order = list(store.iter_by_seq())
+    return store.state.next_seq, order, store.lookup_many([i for _, i in order])
+
+
+def test_bulk_load_equals_record(tmp_path):
+    ids = _ids(530)
+    stamps = [1_790_000_000_000 + 7 * n for n in range(len(ids))]
+    with DedupStore.open(tmp_path / "recorded", topic="t", partition=0) as store:
+        for start in range(0, len(ids), 64):  # batches of another size: the layout is not part of the contents
+            store.record(ids[start : start + 64], stamps[start : start + 64])
+        recorded = _contents(store)
+
+    buckets = []
+    for bucket in range(3):
+        first = bucket * LAYOUT.bucket_ids
+        rows = sorted(zip(range(first, min(first + 200, 530)), ids[first : first + 200], stamps[first:], strict=False),
+                      key=lambda row: row[1])  # fmt: skip
+        seqs, bucket_ids, bucket_stamps = (list(column) for column in zip(*rows, strict=True))
+        buckets.append(write_bucket(tmp_path / "sst", bucket, seqs, bucket_ids, bucket_stamps, len(ids), LAYOUT))
+    state = StoreState(next_seq=len(ids), first_live_seq=0, input_offset=-1, output_offset=900)
+    with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
+        assert _contents(store) == recorded
+        assert store.state == state
+        assert [f.seq_range for f in ids_files(store)] == [(0, 199), (200, 399), (400, 529)]
+        assert age_step(store, AgingPolicy(max_keys=300)).files_dropped == 1
+        assert store.contains_many([ids[199], ids[230], ids[529]]) == [False, True, True]
+
+
+def test_bulk_load_refuses_incomplete_or_doubled_input(tmp_path):
+    ids = _ids(10)
+    with pytest.raises(StoreCorruptError, match="got 9 ids for 10"):
+        write_bucket(tmp_path, 0, list(range(9)), ids[:9], [0] * 9, 10, LAYOUT)
+    with pytest.raises(StoreCorruptError, match="lacks some of sequence numbers"):
+        write_bucket(tmp_path, 0, [0, 1, 2, 3, 4, 5, 6, 7, 8, 8], ids, [0] * 10, 10, LAYOUT)
+    with pytest.raises(StoreCorruptError, match="the same id key twice"):
+        write_bucket(tmp_path, 0, list(range(10)), [ids[0], *ids[:9]], [0] * 10, 10, LAYOUT)
+    files = write_bucket(tmp_path / "ok", 0, list(range(10)), ids, [0] * 10, 10, LAYOUT)
+    with pytest.raises(StoreCorruptError, match="holds 10 ids, the state says 11"):
+        ingest(tmp_path / "store", topic="t", partition=0, buckets=[files], state=StoreState(next_seq=11))

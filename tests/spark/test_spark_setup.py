@@ -1,0 +1,100 @@
+"""The project's Spark set-up without a JVM: which connector jars are kept, the cache, the configuration a
+job starts with, and the master check."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from dedupectl.errors import ConfigError, SparkError
+from dedupectl.spark import jars
+from dedupectl.spark.session import SparkSettings, check_master, parse_conf, spark_conf_entries
+
+
+@pytest.mark.parametrize(
+    ("filename", "artifact"),
+    [
+        ("spark-sql-kafka-0-10_2.13-4.2.0.jar", "spark-sql-kafka-0-10_2.13"),
+        ("kafka-clients-3.9.2.jar", "kafka-clients"),
+        ("commons-pool2-2.13.1.jar", "commons-pool2"),
+        ("zstd-jni-1.5.7-7.jar", "zstd-jni"),
+        ("orc-core-2.3.0-shaded-protobuf.jar", "orc-core"),
+        ("netty-tcnative-boringssl-static-2.0.76.Final-linux-x86_64.jar", "netty-tcnative-boringssl-static"),
+    ],
+)
+def test_artifact_names(filename, artifact):
+    assert jars._artifact(filename) == artifact
+
+
+def test_jars_pyspark_bundles_are_dropped(tmp_path):
+    bundled, copied = tmp_path / "pyspark-jars", tmp_path / "staging"
+    bundled.mkdir()
+    copied.mkdir()
+    for name in ("scala-library-2.13.18.jar", "lz4-java-1.11.0.jar", "spark-tags_2.13-4.3.0.jar"):
+        (bundled / name).touch()
+    for name in ("scala-library-2.13.15.jar", "lz4-java-1.10.1.jar", "spark-tags_2.13-4.2.0.jar",
+                 "kafka-clients-3.9.2.jar", "spark-sql-kafka-0-10_2.13-4.2.0.jar"):  # fmt: skip
+        (copied / name).touch()
+    jars._drop_bundled(copied, bundled)
+    assert sorted(p.name for p in (copied / "jars").iterdir()) == [
+        "kafka-clients-3.9.2.jar",
+        "spark-sql-kafka-0-10_2.13-4.2.0.jar",
+    ]
+
+
+def test_the_cache_is_found_only_when_complete(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEDUPECTL_CACHE_DIR", str(tmp_path))
+    install = jars.spark_install()
+    assert install.scala == "2.13" and install.version.count(".") == 2
+    folder = jars.connector_folder(install)
+    assert folder == tmp_path / f"spark-kafka-{install.version}_{install.scala}"
+    (folder / "jars").mkdir(parents=True)
+    (folder / "jars" / "kafka-clients-3.9.2.jar").touch()
+    assert jars.find_connector_jars(install) is None  # no connector jar, no record: an interrupted copy
+    (folder / "jars" / "spark-sql-kafka-0-10_2.13-4.2.0.jar").touch()
+    assert jars.find_connector_jars(install) is None
+    record = {"connector_version": "4.2.0", "token_provider_version": "4.0.0"}
+    (folder / "connector.json").write_text(json.dumps(record))
+    found = jars.find_connector_jars(install)
+    assert found is not None and len(found.jars) == 2
+    assert found.fallback == (install.version != "4.2.0")
+
+
+def test_the_installed_version_is_tried_first_then_the_poms_fallback():
+    install = jars.SparkInstall(version="9.9.9", scala="2.13", jars_dir=jars.POM_PATH.parent)
+    candidates = jars._candidates(install)
+    assert candidates[0] == ("9.9.9", "9.9.9")
+    assert candidates[1] == (
+        jars.pom_property("dedupectl.fallback.spark.version"),
+        jars.pom_property("dedupectl.fallback.token.provider.version"),
+    )
+
+
+def test_configuration_of_a_local_and_a_cluster_job(tmp_path):
+    local = spark_conf_entries(
+        SparkSettings("local[2]", {"spark.driver.memory": "4g", "spark.driver.extraJavaOptions": "-Dx=1"}),
+        None,
+        tmp_path / "log4j2.properties",
+    )
+    assert local["spark.master"] == "local[2]" and local["spark.ui.showConsoleProgress"] == "false"
+    assert local["spark.driver.memory"] == "4g"  # the operator's --conf wins
+    assert local["spark.pyspark.python"] == sys.executable
+    assert local["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={tmp_path}/log4j2.properties -Dx=1"
+    cluster = spark_conf_entries(SparkSettings("spark://master:7077"), None, None)
+    assert cluster["spark.master"] == "spark://master:7077"
+    assert "spark.pyspark.python" not in cluster and "spark.ui.enabled" not in cluster
+
+
+def test_master_urls():
+    for master in ("local", "local[*]", "local[4]", "local[4,2]", "yarn", "k8s://https://k8s:443"):
+        check_master(master)
+    check_master("spark://a:7077,b:7077", probe=False)
+    with pytest.raises(ConfigError, match="not a Spark master URL"):
+        check_master("local[x]")
+    with pytest.raises(ConfigError, match="is not host:port"):
+        check_master("spark://nohost", probe=False)
+    with pytest.raises(SparkError, match="cannot reach the Spark master"):
+        check_master("spark://127.0.0.1:1")
+    assert parse_conf(["a=b=c"]) == {"a": "b=c"}
