@@ -24,6 +24,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import itemgetter, not_
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -31,12 +33,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
 from dedupectl.kafka_clients import build_client, librdkafka_log, partition_counts
-from dedupectl.messages import DeadLetter, extract_id
+from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import ScheduleConfig, SnapshotSchedule
 from store.aging import AgingPolicy, age_step
+from store.codec import encode_ids
 from store.dedup_store import DedupStore
 from store.layout import store_path
 from store.memory import limit_heap_retention, release_free_memory
@@ -58,10 +61,15 @@ class _Partition:
 
 @dataclass
 class _Plan:
-    """What one partition's share of a batch becomes."""
+    """What one partition's share of a batch becomes. The records to publish are parallel lists, in input
+    order: the hot loops run over them with C-level map/zip instead of per-record tuples."""
 
     partition: int
-    publish: list[tuple[bytes, Message, int]]  # (messageId, record, timestamp ms)
+    records: list[Message]
+    ids: list[bytes]  # messageIds
+    keys: list[bytes]  # the same ids as store keys (encoded once, for the lookup and for record)
+    values: list[bytes | None]
+    timestamps_ms: list[int]
     dead: list[tuple[Message, DeadLetter]]
     consumed: int
     duplicates: int
@@ -331,25 +339,33 @@ class Worker:
                 break
             wanted = min(CONSUME_CHUNK, config.batch_max_messages - len(batch))
             got = consumer.consume(num_messages=wanted, timeout=remaining)
-            for message in got:
-                error = message.error()
-                if error is not None:
-                    # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
-                    # error.fatal() is False for it: without this the fenced worker would idle holding its stores
-                    if error.fatal() or error.code() == KafkaError._FATAL:
-                        raise FencedError(
-                            f"this worker was fenced out of its group ({error.str()})",
-                            "another worker with the same worker_id is running: give each worker its own",
-                        )
-                    log.warning("consumer: %s", error.str())
-                    continue
-                batch.append(message)
-                size += len(message.value() or b"")
+            records = got if not any(map(Message.error, got)) else self._records_only(got)
+            batch += records
+            size += sum(map(len, filter(None, map(Message.value, records))))
             if len(got) < wanted:
                 break
         if batch and self.summary.first_consumed_at is None:
             self.summary.first_consumed_at = time.monotonic()
         return batch
+
+    @staticmethod
+    def _records_only(got: list[Message]) -> list[Message]:
+        """The records among consumer events; a fatal one ends the worker, others are logged."""
+        records = []
+        for message in got:
+            error = message.error()
+            if error is None:
+                records.append(message)
+                continue
+            # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
+            # error.fatal() is False for it: without this the fenced worker would idle holding its stores
+            if error.fatal() or error.code() == KafkaError._FATAL:
+                raise FencedError(
+                    f"this worker was fenced out of its group ({error.str()})",
+                    "another worker with the same worker_id is running: give each worker its own",
+                )
+            log.warning("consumer: %s", error.str())
+        return records
 
     def _process(self, batch: list[Message]) -> None:
         started = time.perf_counter()
@@ -374,8 +390,9 @@ class Worker:
             store = self._partitions[plan.partition].store
             last_output = output_offsets.get(plan.partition)
             state = store.record(
-                [published[0] for published in plan.publish],
-                [published[2] for published in plan.publish],
+                plan.ids,
+                plan.timestamps_ms,
+                keys=plan.keys,
                 input_offset=plan.next_input_offset,
                 output_offset=None if last_output is None else last_output + 1,
             )
@@ -386,34 +403,35 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
 
     def _plan(self, owned: _Partition, messages: list[Message]) -> _Plan:
-        value_format, id_field = self.config.value_format, self.config.id_field
-        candidates: list[tuple[bytes, Message, int]] = []
-        dead: list[tuple[Message, DeadLetter]] = []
-        seen: set[bytes] = set()
-        repeats = 0
-        now_ms = int(time.time() * 1000)
-        for message in messages:  # the hot loop: keep it to local names
-            try:
-                message_id = extract_id(message.key(), message.value(), value_format, id_field)
-            except DeadLetter as reason:
-                dead.append((message, reason))
-                continue
-            if message_id in seen:  # repeated inside the batch: the first occurrence wins
-                repeats += 1
-                continue
-            seen.add(message_id)
-            kind, timestamp = message.timestamp()
-            candidates.append((message_id, message, timestamp if kind and timestamp > 0 else now_ms))
-        present = owned.store.contains_many([candidate[0] for candidate in candidates])
-        publish = [candidate for candidate, known in zip(candidates, present, strict=True) if not known]
+        keys = list(map(Message.key, messages))
+        values = list(map(Message.value, messages))
+        ids, dead = extract_ids(keys, values, self.config.value_format, self.config.id_field)
+        # where each id first occurs (built from the end, so earlier positions overwrite later ones): a
+        # repeat inside the batch is a duplicate, and the first occurrence is the one published
+        first_at = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
+        first_at.pop(None, None)  # dead letters
+        positions = sorted(first_at.values())
+        candidates = list(map(ids.__getitem__, positions))
+        store_keys = encode_ids(candidates)
+        absent = list(map(not_, owned.store.contains_keys(store_keys)))
+        positions = list(compress(positions, absent))
+        records = list(map(messages.__getitem__, positions))
+        timestamps = list(map(itemgetter(1), map(Message.timestamp, records)))
+        if timestamps and min(timestamps) <= 0:  # no usable record timestamp: the time it was seen
+            now_ms = int(time.time() * 1000)
+            timestamps = [timestamp if timestamp > 0 else now_ms for timestamp in timestamps]
         return _Plan(
             partition=owned.number,
-            publish=publish,
-            dead=dead,
+            records=records,
+            ids=list(compress(candidates, absent)),
+            keys=list(compress(store_keys, absent)),
+            values=list(map(values.__getitem__, positions)),
+            timestamps_ms=timestamps,
+            dead=[(messages[index], reason) for index, reason in dead],
             consumed=len(messages),
-            duplicates=repeats + len(candidates) - len(publish),
+            duplicates=len(messages) - len(dead) - len(positions),
             # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
-            next_input_offset=max(message.offset() for message in messages) + 1,
+            next_input_offset=max(map(Message.offset, messages)) + 1,
         )
 
     def _transact(self, plans: list[_Plan]) -> dict[int, int] | None:
@@ -430,29 +448,27 @@ class Worker:
             producer.begin_transaction()
             output_topic, produce = config.output_topic, producer.produce
             for plan in plans:
-                partition, publish = plan.partition, plan.publish
-                last = len(publish) - 1
-                for index, (message_id, message, timestamp) in enumerate(publish):
+                partition, last = plan.partition, len(plan.ids) - 1
+                headers = list(map(Message.headers, plan.records))
+                for value, message_id, timestamp, header in zip(
+                    plan.values[:last], plan.ids[:last], plan.timestamps_ms[:last], headers[:last], strict=True
+                ):
                     try:  # inline, not a helper call: this runs once per published record
-                        produce(
-                            output_topic,
-                            message.value(),
-                            message_id,
-                            partition,
-                            on_delivery=remember if index == last else None,
-                            timestamp=timestamp,
-                            headers=message.headers(),
-                        )
+                        produce(output_topic, value, message_id, partition, timestamp=timestamp, headers=header)
                     except BufferError:
                         self._produce_when_room(
-                            output_topic,
-                            message.value(),
-                            message_id,
-                            partition,
-                            on_delivery=remember if index == last else None,
-                            timestamp=timestamp,
-                            headers=message.headers(),
+                            output_topic, value, message_id, partition, timestamp=timestamp, headers=header
                         )
+                if last >= 0:  # the last one reports its output offset: the store's covered offset
+                    self._produce_when_room(
+                        output_topic,
+                        plan.values[last],
+                        plan.ids[last],
+                        partition,
+                        on_delivery=remember,
+                        timestamp=plan.timestamps_ms[last],
+                        headers=headers[last],
+                    )
                 for message, reason in plan.dead:
                     self._produce_when_room(
                         config.dead_letter_topic,
@@ -553,7 +569,7 @@ class Worker:
 
     def _account(self, plan: _Plan, store_keys: int) -> None:
         label = str(plan.partition)
-        published, dead = len(plan.publish), len(plan.dead)
+        published, dead = len(plan.ids), len(plan.dead)
         summary = self.summary
         summary.consumed += plan.consumed
         summary.published += published

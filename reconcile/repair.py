@@ -35,6 +35,12 @@ def catch_up(
     """Read ``output_topic[partition]`` from the store's covered output offset to the end, record every id
     the store lacks, and advance the offset. ``progress(scanned, recorded)`` after each batch."""
     start = store.state.output_offset
+    bounds = reader.bounds(output_topic, partition)
+    if bounds.end == start or (start < 0 and bounds.end == bounds.low):
+        # nothing committed past what the store covers (a clean restart, a new partition): one offsets
+        # request instead of a fetch that waits out end-of-partition. Anything odder (the output shorter
+        # than the store's covered offset, retention past it) takes the scan, which reports it.
+        return CatchUpResult(start_offset=start, end_offset=start, scanned=0, recorded=0)
     recorded_before = store.state.next_seq
 
     def on_batch(_position: int, scanned: int) -> None:

@@ -43,7 +43,8 @@ import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate, pairwise
+from itertools import accumulate, islice
+from operator import sub
 
 SCHEMA_VERSION = 2
 MAX_ID_BYTES = 256
@@ -211,10 +212,11 @@ def decode_seq(key: bytes) -> int:
 
 
 def encode_times(timestamps_ms: Sequence[int]) -> bytes:
-    """One batch's record timestamps: the first, then deltas as narrow as the widest delta allows."""
-    stamps = [max(int(stamp), 0) for stamp in timestamps_ms]
-    deltas = [later - earlier for earlier, later in pairwise(stamps)]
-    widest = max((abs(delta) for delta in deltas), default=0)
+    """One batch's record timestamps (int ms, negative read as 0): the first, then deltas as narrow as the widest
+    delta allows."""
+    stamps = timestamps_ms if min(timestamps_ms) >= 0 else [max(stamp, 0) for stamp in timestamps_ms]
+    deltas = list(map(sub, islice(stamps, 1, None), stamps))  # C-level: the worker encodes every batch
+    widest = max(max(deltas, default=0), -min(deltas, default=0))
     width = 2 if widest < 1 << 15 else 4 if widest < 1 << 31 else 8
     return _TIMES_HEAD.pack(width, stamps[0]) + struct.pack(f">{len(deltas)}{_DELTA_CODES[width]}", *deltas)
 

@@ -267,7 +267,12 @@ class DedupStore:
 
     def contains_many(self, ids: Sequence[bytes]) -> list[bool]:
         """Multi-gets: for each id, whether the store holds it within the window."""
-        values = self._values(encode_ids(ids))
+        return self.contains_keys(encode_ids(ids))
+
+    def contains_keys(self, keys: list[bytes]) -> list[bool]:
+        """``contains_many`` for ids already encoded (``store.codec.encode_ids``): the worker encodes each
+        batch once, for this lookup and for ``record``."""
+        values = self._values(keys)
         cut = self._state.first_live_seq
         if cut == 0:  # nothing aged yet: presence is the answer
             return [value is not None for value in values]
@@ -376,10 +381,12 @@ class DedupStore:
         *,
         input_offset: int | None = None,
         output_offset: int | None = None,
+        keys: list[bytes] | None = None,
     ) -> StoreState:
         """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch.
 
-        The caller guarantees the ids are absent from the store and distinct.
+        The caller guarantees the ids are absent from the store and distinct; ``keys``, when given, are
+        ``encode_ids(ids)`` computed already.
         """
         self._require_writable()
         if len(ids) != len(timestamps_ms):
@@ -392,8 +399,12 @@ class DedupStore:
             put, ids_handle = batch.put, self._ids_handle
             # the markers make each SST file's smallest and largest keys its sequence range (see codec)
             put(encode_marker(True, first), b"", ids_handle)
-            for key, value in zip(encode_ids(ids), encode_seq_values(first, count), strict=True):
-                put(key, value, ids_handle)
+            if keys is None:
+                keys = encode_ids(ids)
+            values = encode_seq_values(first, count)
+            # in key order: the memtable's skip list takes sorted keys about 20% faster, more than the sort costs
+            for index in sorted(range(count), key=keys.__getitem__):
+                put(keys[index], values[index], ids_handle)
             put(encode_marker(False, first + count - 1), b"", ids_handle)
             put(encode_seq(first), encode_times(timestamps_ms), self._times_handle)
         new_state = StoreState(
