@@ -31,6 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dedupectl.errors import ConfigError
+from store.sizes import parse_duration
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
@@ -302,9 +303,7 @@ def _size(text: str | None) -> int | None:
 def _duration(text: str | None) -> float | None:
     if text is None:
         return None
-    from snapshots.schedule import parse_duration  # config stays importable without the snapshot stack
-
-    return parse_duration(text, "snapshot_every")
+    return parse_duration(text, what="snapshot_every", positive=True)
 
 
 def _validate(config: WorkerConfig) -> None:

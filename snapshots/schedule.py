@@ -10,7 +10,6 @@ failed snapshot is logged and counted, and processing goes on.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import threading
 import time
@@ -19,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dedupectl.errors import ConfigError
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
@@ -32,17 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 STALE_STAGING_S = 6 * 3600  # staging left by a crash; a live checkpoint is published within minutes
-
-
-def parse_duration(text: str, what: str = "duration") -> float:
-    """``"90s"``, ``"15m"``, ``"1h"``, ``"7d"``, ``"2w"`` (or plain seconds) -> seconds."""
-    match = _DURATION.match(str(text))
-    if match is None or float(match[1]) <= 0:
-        raise ConfigError(f"{what} {text!r} is not a positive duration", "write it like 90s, 15m, 1h, 7d or 2w")
-    return float(match[1]) * _UNIT_SECONDS[match[2]]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ _SIZE_UNITS = {
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_BARE_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 def parse_size(text: str, *, what: str = "size") -> int:
@@ -41,13 +42,19 @@ def parse_size(text: str, *, what: str = "size") -> int:
     return value
 
 
-def parse_duration(text: str, *, what: str = "duration") -> float:
-    """``"24h"`` -> 86400.0; parts in s, m, h, d, w may be combined (``1d12h``)."""
-    compact = text.replace(" ", "").lower()
+def parse_duration(text: str, *, what: str = "duration", positive: bool = False) -> float:
+    """``"24h"`` -> 86400.0; parts in s, m, h, d, w may be combined (``1d12h``); a bare number is seconds.
+    ``positive`` refuses zero (an interval, say)."""
+    compact = str(text).replace(" ", "").lower()
+    if _BARE_NUMBER.fullmatch(compact):
+        compact += "s"
     parts = _DURATION_PART.findall(compact)
     if not compact or "".join(number + unit for number, unit in parts) != compact:
         raise ConfigError(f"{what} {text!r} is not a duration", "write it like 24h, 90m, 1d12h or 3600s")
-    return sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    seconds = sum(float(number) * _DURATION_UNITS[unit] for number, unit in parts)
+    if positive and seconds <= 0:
+        raise ConfigError(f"{what} {text!r} must be longer than 0s", "write it like 90s, 15m, 1h, 7d or 2w")
+    return seconds
 
 
 def format_size(value: int | float | None) -> str:

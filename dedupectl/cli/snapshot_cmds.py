@@ -26,7 +26,7 @@ from snapshots.catalog import list_snapshots, prune_snapshots, require_ok, verif
 from snapshots.create import create_snapshots
 from snapshots.reattach import ReattachRequest, Step, reattach_volume
 from snapshots.restore import restore_snapshot, restore_volume
-from snapshots.schedule import parse_duration
+from store.sizes import parse_duration
 
 snapshot_app = typer.Typer(
     help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
@@ -313,7 +313,7 @@ def prune(
     result = prune_snapshots(
         source,
         keep=keep,
-        older_than_s=None if older_than is None else parse_duration(older_than, "--older-than"),
+        older_than_s=None if older_than is None else parse_duration(older_than, what="--older-than", positive=True),
         data_dir=data_dir,
         topic=topic,
         partition=partition,

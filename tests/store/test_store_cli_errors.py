@@ -10,6 +10,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from dedupectl.cli import app as cli
+from dedupectl.errors import ConfigError
 from store.dedup_store import DedupStore
 from store.sizes import format_duration, format_size, parse_duration, parse_size
 
@@ -99,9 +100,17 @@ def test_sizes(text, size):
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("24h", 86_400), ("1d12h", 129_600), ("90m", 5_400), ("30s", 30)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("24h", 86_400), ("1d12h", 129_600), ("90m", 5_400), ("30s", 30), ("45", 45), ("0s", 0)]
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["0s", "0", "-1h", "soon", ""])
+def test_an_interval_must_be_a_positive_duration(text):
+    with pytest.raises(ConfigError):
+        parse_duration(text, what="--every", positive=True)
 
 
 def test_human_formats():
