@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dedupectl import __version__
 from dedupectl.errors import ConfigError, SnapshotError, StoreLockedError, StoreNotFoundError
-from snapshots.backends import AwsOptions, Backend, EbsBackend, open_backend
+from snapshots.backends import AwsOptions, Backend, EbsBackend, SnapshotInfo, open_backend
 from snapshots.checkpoint import CheckpointFacts, checkpoint_idle_store
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_bytes
@@ -27,17 +27,11 @@ from store.layout import list_store_dirs
 SELF = "this process (store idle)"
 
 
-@dataclass(frozen=True)
-class CreatedSnapshot:
-    snapshot_id: str
-    topic: str
-    partition: int
-    input_offset: int
-    output_offset: int
-    id_count: int
-    total_bytes: int
+@dataclass(frozen=True, kw_only=True)
+class CreatedSnapshot(SnapshotInfo):
+    """A snapshot just taken: its catalog row, plus the window it holds and how it was taken."""
+
     effective_window_s: float | None
-    location: str
     taken_by: str
     checkpoint_seconds: float
     publish_seconds: float
@@ -140,15 +134,8 @@ def snapshot_partition(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return CreatedSnapshot(
-        snapshot_id=snapshot_id,
-        topic=topic,
-        partition=partition,
-        input_offset=manifest.input_offset,
-        output_offset=manifest.output_offset,
-        id_count=manifest.id_count,
-        total_bytes=manifest.total_bytes,
+        **asdict(SnapshotInfo.from_manifest(manifest, location)),
         effective_window_s=manifest.effective_window_s,
-        location=location,
         taken_by=taker,
         checkpoint_seconds=checkpointed - started,
         publish_seconds=published - checkpointed,
