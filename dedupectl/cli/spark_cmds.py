@@ -39,6 +39,10 @@ PartitionOption = typer.Option(None, "--partition", "-p", help="Partition to inc
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
 LogLevelOption = typer.Option("warning", "--log-level", help="debug, info, warning or error.")
+InputTopicOption = typer.Option(None, "--input-topic", "-i", help="The worker's input topic.")
+OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker's output topic.")
+ValueFormatOption = typer.Option(None, "--value-format", help="json or raw, as the worker runs.")
+IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
 _FILES = "(archived files)"
 
 
@@ -114,9 +118,14 @@ def _finish(log_file: Path | None, seconds: float) -> None:
     err_console.print(f"done in {seconds:.1f}s{where}", highlight=False)
 
 
-def _interrupted() -> typer.Exit:
-    print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
-    return typer.Exit(130)
+def _run_job(run, request, settings: SparkSettings):
+    """Run a job with its progress on stderr; Ctrl-C cancels it (exit 130)."""
+    try:
+        with _Progress() as progress:
+            return run(request, settings, sink=progress, notify=progress.notify)
+    except KeyboardInterrupt:
+        print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
+        raise typer.Exit(130) from None
 
 
 # -- audit ---------------------------------------------------------------------------------------------
@@ -143,10 +152,10 @@ def audit(
     samples: int = typer.Option(5, "--samples", help="Ids shown per kind of violation and partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input topic."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The worker's output topic."),
-    value_format: str | None = typer.Option(None, "--value-format", help="json or raw, as the worker runs."),
-    id_field: str | None = typer.Option(None, "--id-field", help="JSON field of the id (default messageId)."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    value_format: str | None = ValueFormatOption,
+    id_field: str | None = IdFieldOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -209,11 +218,7 @@ def audit(
         sample_size=samples,
     )
     started = time.monotonic()
-    try:
-        with _Progress() as progress:
-            run_result = run(request, settings, sink=progress, notify=progress.notify)
-    except KeyboardInterrupt:
-        raise _interrupted() from None
+    run_result = _run_job(run, request, settings)
     report = run_result.result
     if json_output:
         print_json(
@@ -300,10 +305,10 @@ def replay(
     samples: int = typer.Option(5, "--samples", help="Replayed ids shown per partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input topic."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The worker's output topic."),
-    value_format: str | None = typer.Option(None, "--value-format", help="json or raw, as the worker runs."),
-    id_field: str | None = typer.Option(None, "--id-field", help="JSON field of the id (default messageId)."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    value_format: str | None = ValueFormatOption,
+    id_field: str | None = IdFieldOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -354,11 +359,7 @@ def replay(
         sample_size=samples,
     )
     started = time.monotonic()
-    try:
-        with _Progress() as progress:
-            run_result = run(request, settings, sink=progress, notify=progress.notify)
-    except KeyboardInterrupt:
-        raise _interrupted() from None
+    run_result = _run_job(run, request, settings)
     report = run_result.result
     if json_output:
         print_json(
@@ -472,11 +473,7 @@ def rebuild(
         replace=replace,
     )
     started = time.monotonic()
-    try:
-        with _Progress() as progress:
-            run_result = run(request, settings, sink=progress, notify=progress.notify)
-    except KeyboardInterrupt:
-        raise _interrupted() from None
+    run_result = _run_job(run, request, settings)
     report = run_result.result
     if json_output:
         print_json({**_plain(report), "master": run_result.master, "spark_log": run_result.log_file})
