@@ -23,6 +23,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, not_
@@ -133,6 +134,7 @@ class Worker:
         self._producer = None
         self._idle_since: float | None = None
         self._reader: OutputReader | None = None
+        self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
@@ -276,6 +278,7 @@ class Worker:
             self._reader.close()
         if self._producer is not None:
             self._producer.flush(self.config.kafka.timeout_s)
+        self._offsets_sender.shutdown()
         self._remove_status()
 
     # -- assignment ----------------------------------------------------------------------------------
@@ -446,42 +449,22 @@ class Worker:
 
         try:
             producer.begin_transaction()
-            output_topic, produce = config.output_topic, producer.produce
-            for plan in plans:
-                partition, last = plan.partition, len(plan.ids) - 1
-                headers = list(map(Message.headers, plan.records))
-                for value, message_id, timestamp, header in zip(
-                    plan.values[:last], plan.ids[:last], plan.timestamps_ms[:last], headers[:last], strict=True
-                ):
-                    try:  # inline, not a helper call: this runs once per published record
-                        produce(output_topic, value, message_id, partition, timestamp=timestamp, headers=header)
-                    except BufferError:
-                        self._produce_when_room(
-                            output_topic, value, message_id, partition, timestamp=timestamp, headers=header
-                        )
-                if last >= 0:  # the last one reports its output offset: the store's covered offset
-                    self._produce_when_room(
-                        output_topic,
-                        plan.values[last],
-                        plan.ids[last],
-                        partition,
-                        on_delivery=remember,
-                        timestamp=plan.timestamps_ms[last],
-                        headers=headers[last],
-                    )
-                for message, reason in plan.dead:
-                    self._produce_when_room(
-                        config.dead_letter_topic,
-                        message.value(),
-                        message.key(),
-                        partition % self._dead_letter_partitions,
-                        headers=_dead_letter_headers(message, reason),
-                    )
-            self._crashpoint("after-produce")
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
-            producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), config.kafka.timeout_s
+            # the offsets go to the group coordinator (two broker round trips, GIL released) while this thread
+            # produces: a transaction takes its offsets at any point before the commit
+            offsets_sent = self._offsets_sender.submit(
+                producer.send_offsets_to_transaction,
+                offsets,
+                self._consumer.consumer_group_metadata(),
+                config.kafka.timeout_s,
             )
+            try:
+                self._produce_batch(plans, remember)
+                self._crashpoint("after-produce")
+            finally:
+                sent_error = offsets_sent.exception()  # waits: nothing else may touch the transaction meanwhile
+            if sent_error is not None:
+                raise sent_error
             self._commit()
         except KafkaException as error:
             kafka_error = error.args[0]
@@ -499,6 +482,41 @@ class Worker:
         self.summary.last_committed_at = time.monotonic()
         self.metrics.transactions.labels("committed").inc()
         return last_offsets
+
+    def _produce_batch(self, plans: list[_Plan], remember: Callable) -> None:
+        """Produce every plan's records (and dead letters); ``remember`` hears each partition's last one."""
+        config, produce = self.config, self._producer.produce
+        output_topic = config.output_topic
+        for plan in plans:
+            partition, last = plan.partition, len(plan.ids) - 1
+            headers = list(map(Message.headers, plan.records))
+            for value, message_id, timestamp, header in zip(
+                plan.values[:last], plan.ids[:last], plan.timestamps_ms[:last], headers[:last], strict=True
+            ):
+                try:  # inline, not a helper call: this runs once per published record
+                    produce(output_topic, value, message_id, partition, timestamp=timestamp, headers=header)
+                except BufferError:
+                    self._produce_when_room(
+                        output_topic, value, message_id, partition, timestamp=timestamp, headers=header
+                    )
+            if last >= 0:  # the last one reports its output offset: the store's covered offset
+                self._produce_when_room(
+                    output_topic,
+                    plan.values[last],
+                    plan.ids[last],
+                    partition,
+                    on_delivery=remember,
+                    timestamp=plan.timestamps_ms[last],
+                    headers=headers[last],
+                )
+            for message, reason in plan.dead:
+                self._produce_when_room(
+                    config.dead_letter_topic,
+                    message.value(),
+                    message.key(),
+                    partition % self._dead_letter_partitions,
+                    headers=_dead_letter_headers(message, reason),
+                )
 
     def _produce_when_room(self, topic: str, *args, **kwargs) -> None:
         while True:
