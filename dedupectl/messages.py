@@ -88,24 +88,35 @@ def extract_ids(
     keys: Sequence[bytes | None], values: Sequence[bytes | None], value_format: str, id_field: str
 ) -> tuple[list[bytes | None], list[tuple[int, DeadLetter]]]:
     """``extract_id`` over a batch: each record's id (``None`` for a dead letter) and the dead letters by
-    index. The usual batch (every record keyed and every value a JSON object) is checked in one tight loop;
-    anything else goes record by record, with the same answers."""
+    index. The usual record (keyed, its value a JSON object) costs one validation in a tight loop; only the
+    others take ``extract_id``'s full path, so a few bad records do not slow their batch down."""
     parser = simdjson.Parser()
-    if value_format == "json" and keys and all(keys) and max(map(len, keys)) <= MAX_ID_BYTES:
-        parse, json_object = parser.parse, simdjson.Object
-        try:
-            # the parsed document is dropped at once: the parser is reused for the next value
-            usual = all(type(parse(value)) is json_object for value in values)
-        except (ValueError, TypeError):
-            usual = False
-        if usual:
-            return list(keys), []
-    ids: list[bytes | None] = []
+    unusual = []
+    if not all(keys) or max(map(len, keys), default=0) > MAX_ID_BYTES:  # C-level: the usual batch passes
+        unusual = [index for index, key in enumerate(keys) if not key or len(key) > MAX_ID_BYTES]
+    if value_format == "json":
+        not_objects = _not_objects(parser, values)
+        unusual = sorted({*unusual, *not_objects}) if unusual and not_objects else unusual or not_objects
+    ids: list[bytes | None] = list(keys)
     dead: list[tuple[int, DeadLetter]] = []
-    for index, (key, value) in enumerate(zip(keys, values, strict=True)):
+    for index in unusual:
         try:
-            ids.append(_extract_id(parser, key, value, value_format, id_field))
+            ids[index] = _extract_id(parser, keys[index], values[index], value_format, id_field)
         except DeadLetter as reason:
-            ids.append(None)
+            ids[index] = None
             dead.append((index, reason.with_traceback(None)))  # its frames would pin the parser's document
     return ids, dead
+
+
+def _not_objects(parser: simdjson.Parser, values: Sequence[bytes | None]) -> list[int]:
+    """The indices of values that are not JSON objects (or not JSON at all)."""
+    parse, json_object = parser.parse, simdjson.Object
+    found = []
+    for index, value in enumerate(values):
+        try:
+            # the document is dropped at once: a parser is reused only once nothing refers to its last one
+            if type(parse(value)) is not json_object:
+                found.append(index)
+        except (ValueError, TypeError):
+            found.append(index)
+    return found
