@@ -5,13 +5,22 @@
 Produces ``--records`` Segment-like events (0.6% duplicates) to a one-partition input topic and the first
 occurrence of each id, keyed by it, to a one-partition output topic (what the worker would publish). Then:
 
-- audit: ``dedupectl audit`` over both whole topics on local[2] (the SparkSession is started first and not
-  timed), against the same check in one Python process (a librdkafka consumer per topic, the worker's
-  ``extract_id`` per input record, counters). Throughput is records read (input + output) per second.
-- rebuild: ``dedupectl rebuild`` of the partition's store (about ``--records`` ids) by SST ingest, against
-  recording the same ids, in the same order, through ``DedupStore.record`` in batches of 10,000 (the ids
-  read beforehand: only the write path is timed), and against the worker's recovery (``catch_up``) into an
-  empty store, which reads the topic too. The rebuilt store is checked against the recorded one.
+- audit: ``dedupectl audit`` over both whole topics on local[2] (the SparkSession and its Python workers are
+  started first and not timed), against the same check in one Python process (a librdkafka consumer per
+  topic, the worker's ``extract_id`` per input record, counters). Throughput is records read (input + output)
+  per second.
+- rebuild: ``dedupectl rebuild`` of the partition's store (about ``--records`` ids) by SST ingest, in its
+  timed phases (reading and numbering the ids; handing them over to the SST writers; writing the SST files;
+  ingesting them), against two baselines in the same run:
+  * the store's normal write path: the same ids, in the same order, with their timestamps, already in a
+    Python list (read from the output beforehand, not timed), through ``DedupStore.record`` in calls of
+    5,000 ids (the worker's batch size), then ``flush``;
+  * the worker's recovery (``catch_up``) into an empty store, which reads the output topic as well.
+  The issue's figure compares the store-building parts: SST files + ingest (from the numbered ids on the
+  executors' disk, as the hand-over left them: one folder per bucket, each file sorted by id) against the
+  write path (from the ids in a list). The output also gives the hand-over + SST + ingest ratio and the whole
+  rebuild (from the topic) against recovery (from the topic). The rebuilt store is checked against the
+  recorded one, and both stores' SST bytes per id are reported.
 
 Prints tables and writes benchmarks/results/spark.json. Timings on a machine shared with other jobs are
 noisy: the load average is recorded with the figures.
@@ -53,7 +62,7 @@ from store.layout import store_path  # noqa: E402
 
 console = Console()
 INPUT, OUTPUT = "bench-in", "bench-out"
-RECORD_BATCH = 10_000
+RECORD_BATCH = 5_000  # ids per DedupStore.record call: the worker's batch size
 
 
 def produce_topics(kafka: KafkaConfig, records: int) -> dict:
@@ -144,9 +153,14 @@ def bench_audit(spark, kafka: KafkaConfig, produced: dict) -> dict:
     }
 
 
+def _sst_bytes(store: Path) -> int:
+    return sum(path.stat().st_size for path in store.glob("*.sst"))
+
+
 def bench_rebuild(spark, kafka: KafkaConfig, scratch: Path) -> dict:
     data_dir = scratch / "rebuilt"
     request = RebuildRequest(kafka=kafka, input_topic=INPUT, output_topic=OUTPUT, partition=0, data_dir=data_dir)
+    load_before = os.getloadavg()
     report = run_rebuild(spark, request)
     console.print(f"rebuild: {report.ids:,} ids in {report.seconds:.1f}s; recording them next")
 
@@ -176,23 +190,40 @@ def bench_rebuild(spark, kafka: KafkaConfig, scratch: Path) -> dict:
         assert a.state.next_seq == b.state.next_seq == len(ids)
         probe = ids[:: max(len(ids) // 10_000, 1)]
         assert a.lookup_many(probe) == b.lookup_many(probe)
-    bulk_seconds = report.seconds_writing + report.seconds_ingesting
+    store_building = report.seconds_writing + report.seconds_ingesting
+    after_numbering = report.seconds_handing_over + store_building
     return {
         "ids": report.ids,
-        "sst_bytes": report.sst_bytes,
         "files": report.files,
+        "numbered_without_duplicates": report.without_duplicates,
+        "record_batch_ids": RECORD_BATCH,
+        "load_average_before_rebuild": load_before,
         "spark_rebuild": {
             "seconds": report.seconds,
             "ordering_seconds": report.seconds_ordering,
+            "hand_over_seconds": report.seconds_handing_over,
             "sst_write_seconds": report.seconds_writing,
             "ingest_seconds": report.seconds_ingesting,
         },
         "record_write_path_seconds": record_seconds,
         "recovery_catch_up_seconds": recovery_seconds,
-        "ratio_bulk_load_vs_record": record_seconds / bulk_seconds,
+        "bytes_per_id": {
+            "rebuilt_sst_files": report.sst_bytes / report.ids,
+            "rebuilt_store": _sst_bytes(rebuilt) / report.ids,
+            "recorded_store": _sst_bytes(recorded_path) / report.ids,
+        },
+        "ratio_store_building_vs_record": record_seconds / store_building,
+        "ratio_after_numbering_vs_record": record_seconds / after_numbering,
         "ratio_rebuild_vs_recovery": recovery_seconds / report.seconds,
         "ratio_rebuild_vs_record": record_seconds / report.seconds,
     }
+
+
+def _import_task_modules(_: int) -> int:
+    import dedupectl.spark.extract
+    import dedupectl.spark.rebuild_sst  # noqa: F401
+
+    return 0
 
 
 def main() -> None:
@@ -221,7 +252,10 @@ def main() -> None:
         console.print(f"produced {results['produced']} in {time.monotonic() - started:.0f}s")
         settings = SparkSettings(master=args.master, app_name="dedupectl-bench")
         with spark_session(settings, preflight(settings)) as (spark, _info):
-            spark.range(1).count()  # JVM and Python worker warm-up, not timed
+            spark.range(1).count()  # JVM warm-up, not timed
+            # Python workers started, with the modules the jobs' tasks import: once per session, not timed
+            tasks = spark.sparkContext.defaultParallelism
+            spark.sparkContext.parallelize(range(tasks), tasks).map(_import_task_modules).collect()
             if args.only in (None, "audit"):
                 results["audit"] = bench_audit(spark, kafka, results["produced"])
             if args.only in (None, "rebuild"):
@@ -250,18 +284,31 @@ def _print(results: dict) -> None:
         table = Table(title=f"rebuild of a {rebuild['ids']:,}-id store ({results['master']})")
         table.add_column("")
         table.add_column("seconds")
-        table.add_row("rebuild: read, order, sequence (Spark)", f"{spark_run['ordering_seconds']:.1f}")
-        table.add_row("rebuild: write SST files (executors)", f"{spark_run['sst_write_seconds']:.1f}")
-        table.add_row("rebuild: ingest (driver)", f"{spark_run['ingest_seconds']:.2f}")
+        table.add_row("rebuild 1. read the topic, number the ids (Spark)", f"{spark_run['ordering_seconds']:.1f}")
+        table.add_row("rebuild 2. hand over, sorted by id (Spark)", f"{spark_run['hand_over_seconds']:.1f}")
+        table.add_row("rebuild 3. write SST files (Python tasks)", f"{spark_run['sst_write_seconds']:.1f}")
+        table.add_row("rebuild 4. ingest (driver)", f"{spark_run['ingest_seconds']:.2f}")
         table.add_row("rebuild: total", f"{spark_run['seconds']:.1f}")
-        table.add_row("DedupStore.record, ids in memory", f"{rebuild['record_write_path_seconds']:.1f}")
-        table.add_row("worker recovery (catch_up) from the topic", f"{rebuild['recovery_catch_up_seconds']:.1f}")
-        console.print(table)
-        console.print(
-            f"SST write + ingest vs DedupStore.record: {rebuild['ratio_bulk_load_vs_record']:.1f}x; "
-            f"whole rebuild vs record: {rebuild['ratio_rebuild_vs_record']:.2f}x; "
-            f"whole rebuild vs recovery from the topic: {rebuild['ratio_rebuild_vs_recovery']:.2f}x"
+        table.add_row(
+            f"DedupStore.record, ids in a list, {rebuild['record_batch_ids']:,} per call",
+            f"{rebuild['record_write_path_seconds']:.1f}",
         )
+        table.add_row("worker recovery (catch_up), reading the topic", f"{rebuild['recovery_catch_up_seconds']:.1f}")
+        console.print(table)
+        sizes = rebuild["bytes_per_id"]
+        lines = [
+            "store building, SST files + ingest (3+4: from the numbered ids on the executors' disk as the hand-over"
+            " left them, one folder per bucket, each file sorted by id; the sort is Spark's, in 2)"
+            f" vs DedupStore.record (from the ids in a list): {rebuild['ratio_store_building_vs_record']:.2f}x",
+            "everything after the numbering (2+3+4) vs DedupStore.record:"
+            f" {rebuild['ratio_after_numbering_vs_record']:.2f}x",
+            "whole rebuild (1-4, reads the topic) vs recovery (reads the topic):"
+            f" {rebuild['ratio_rebuild_vs_recovery']:.2f}x;"
+            f" vs DedupStore.record: {rebuild['ratio_rebuild_vs_record']:.2f}x",
+            f"bytes per id: rebuilt store {sizes['rebuilt_store']:.1f} (its SST files as written"
+            f" {sizes['rebuilt_sst_files']:.1f}), recorded store {sizes['recorded_store']:.1f}",
+        ]
+        console.print("\n".join(lines))
     console.print(f"load average before {results['load_average_before']}, after {results['load_average_after']}")
 
 

@@ -516,8 +516,8 @@ def _render_rebuild(report) -> None:
         )
     console.print(
         f"store covers the output up to offset {state.output_offset}: start the worker, its recovery reads the rest"
-        f" (ordering {report.seconds_ordering:.1f}s, SST files {report.seconds_writing:.1f}s,"
-        f" ingest {report.seconds_ingesting:.1f}s)"
+        f" (ordering {report.seconds_ordering:.1f}s, hand-over {report.seconds_handing_over:.1f}s,"
+        f" SST files {report.seconds_writing:.1f}s, ingest {report.seconds_ingesting:.1f}s)"
     )
 
 

@@ -63,6 +63,10 @@ def test_bulk_load_refuses_incomplete_or_doubled_input(tmp_path):
         write_bucket(tmp_path, 0, list(range(9)), ids[:9], [0] * 9, 10, LAYOUT)
     with pytest.raises(StoreCorruptError, match="lacks some of sequence numbers"):
         write_bucket(tmp_path, 0, [0, 1, 2, 3, 4, 5, 6, 7, 8, 8], ids, [0] * 10, 10, LAYOUT)
+    with pytest.raises(StoreCorruptError, match="lacks some of sequence numbers"):
+        write_bucket(tmp_path, 0, [-1, *range(1, 10)], ids, [0] * 10, 10, LAYOUT)  # -1 would wrap around
+    with pytest.raises(StoreCorruptError, match=r"outside 0\.\.9"):
+        write_bucket(tmp_path, 0, [*range(9), 10], ids, [0] * 10, 10, LAYOUT)
     with pytest.raises(StoreCorruptError, match="the same id key twice"):
         write_bucket(tmp_path, 0, list(range(10)), [ids[0], *ids[:9]], [0] * 10, 10, LAYOUT)
     files = write_bucket(tmp_path / "ok", 0, list(range(10)), ids, [0] * 10, 10, LAYOUT)

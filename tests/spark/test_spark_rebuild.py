@@ -53,6 +53,7 @@ def test_rebuild_equals_the_workers_store_and_the_worker_runs_on_it(make_pipelin
     report = _rebuild(pipeline, spark_session, 0, rebuilt_dir)
     rebuilt = store_path(rebuilt_dir, pipeline.input_topic, 0)
     assert report.store == rebuilt and report.duplicate_records == 0 and report.unkeyed_records == 0
+    assert report.without_duplicates
     worker_view, rebuilt_view = _contents(worker_store), _contents(rebuilt)
     assert rebuilt_view == worker_view  # same ids, same sequence numbers, same timestamps
     assert report.ids == worker_view[0][0] > 1500
@@ -90,6 +91,7 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
     layout = LoadLayout(batch_ids=100, bucket_ids=1000)
     report = _rebuild(pipeline, spark_session, 0, tmp_path / "rebuilt", ship_files=True, layout=layout)
     assert (report.ids, report.duplicate_records, report.unkeyed_records) == (2500, 2, 1)
+    assert not report.without_duplicates  # numbered the general way: first occurrences, then ranks
     assert report.records_read == 2503 and report.files == 3  # 1000, 1000 and 500 ids
 
     recovered = tmp_path / "recovered" / "store"
@@ -109,3 +111,38 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
     with DedupStore.open_existing(recovered) as store:
         age_step(store, AgingPolicy(max_keys=1000))
     assert _contents(rebuilt) == _contents(recovered)  # the same ids aged out
+
+
+def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_session, tmp_path):
+    """No duplicate, so the ids are numbered the fast way (by their place in the read); mixed shapes, ids with
+    a newline or bytes that are not UTF-8, an unkeyed record and two transactions (markers leave offset gaps),
+    handed over on the local master: still what recovery records. The session's settings are left as found."""
+    pipeline = make_pipeline(partitions=1)
+    shapes = [
+        lambda i: f"ajs-{uuid.UUID(int=i * 7919).hex}".encode(),
+        lambda i: str(uuid.UUID(int=i * 104729 + 1)).encode(),
+        lambda i: f"raw-{i}\n".encode(),
+        lambda i: b"\xff\xfe" + i.to_bytes(4, "big"),
+    ]
+    ids = [shapes[i % 4](i) for i in range(1800)]
+    records = [Record(i, b"{}", timestamp_ms=BASE_MS + n * 10) for n, i in enumerate(ids)]
+    pipeline.publish(records[:900], name="a")
+    pipeline.publish([Record(None, b"{}"), *records[900:]], name="b")
+    planned = spark_session.conf.get("spark.sql.optimizer.plannedWrite.enabled")
+
+    layout = LoadLayout(batch_ids=100, bucket_ids=700)  # three files: fewer than FIFO's merge trigger
+    report = _rebuild(pipeline, spark_session, 0, tmp_path / "rebuilt", ship_files=False, layout=layout)
+    assert report.without_duplicates and (report.ids, report.duplicate_records, report.unkeyed_records) == (1800, 0, 1)
+    assert report.files == 3 and report.seconds_handing_over > 0
+    assert spark_session.conf.get("spark.sql.optimizer.plannedWrite.enabled") == planned
+
+    recovered = tmp_path / "recovered" / "store"
+    with (
+        DedupStore.open(recovered, topic=pipeline.input_topic, partition=0) as store,
+        OutputReader(pipeline.kafka) as reader,
+    ):
+        catch_up(store, reader, pipeline.output_topic, 0)
+    rebuilt = store_path(tmp_path / "rebuilt", pipeline.input_topic, 0)
+    assert _contents(rebuilt) == _contents(recovered)
+    with DedupStore.open_secondary(rebuilt) as store:
+        assert [f.seq_range for f in ids_files(store)] == [(0, 699), (700, 1399), (1400, 1799)]
