@@ -13,8 +13,12 @@ Then, each in its own process (for a fair peak RSS), best of ``--repeat``:
   least 0.7x the consume rate;
 - ``reconcile`` over the first ``--small`` records: peak RSS must stay flat as the range grows 5x.
 
-Then ``--jobs 1`` against ``--jobs 2`` on a two-partition topic of ``--jobs-records`` records per partition.
-Prints a table and writes benchmarks/results/reconcile.json.
+Each run also reports its process CPU seconds, and a reconcile the wall and CPU time of its lookup thread
+(where the time goes: the lookups are the bottleneck). Then, without Kafka, the lookups alone over the whole
+store (the stage's ceiling): key-ordered groups as reconcile makes them, against the ids in output order
+50,000 per multi-get (how reconcile looked them up before). Then ``--jobs 1`` against ``--jobs 2`` on a
+two-partition topic of ``--jobs-records`` records per partition. Prints tables and writes
+benchmarks/results/reconcile.json.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from reconcile.scan import SCAN_CONSUMER_SETTINGS  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.layout import store_path  # noqa: E402
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)  # a wide table, also in logs
 INPUT = "bench-in"  # names the stores; the input topic itself is not needed
 VALUE = (b'{"type":"track","event":"Order Completed","userId":"user-4711","properties":{"revenue":12.5},' * 3)[:200]
 
@@ -109,7 +113,7 @@ def child_consume(bootstrap: str, topic: str) -> dict:
     """The whole partition to its end, as cheaply as Python can: take each record's key, count it."""
     consumer = make_consumer(KafkaConfig(bootstrap), **SCAN_CONSUMER_SETTINGS)
     consumer.assign([TopicPartition(topic, 0, 0)])
-    records, started, done = 0, time.monotonic(), False
+    records, started, cpu, done = 0, time.monotonic(), time.process_time(), False
     while not done:
         for message in consumer.consume(10_000, 0.05):
             key = message.key()
@@ -117,13 +121,39 @@ def child_consume(bootstrap: str, topic: str) -> dict:
                 done = done or message.error().code() == KafkaError._PARTITION_EOF
                 continue
             records += 1
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, time.process_time() - cpu
     consumer.close()
-    return {"records": records, "seconds": round(seconds, 3), "peak_rss_mb": peak_rss_mb()}
+    return {
+        "records": records,
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 2),
+        "peak_rss_mb": peak_rss_mb(),
+    }
+
+
+def time_lookups() -> dict[str, float]:
+    """Wrap reconcile's group lookup (this child process only) to add up its wall and thread CPU time."""
+    import reconcile.lookup
+
+    spent = {"lookup_seconds": 0.0, "lookup_cpu_seconds": 0.0}
+    look_up_group = reconcile.lookup.look_up_group
+
+    def timed(store, batches):
+        started, cpu = time.monotonic(), time.thread_time()
+        try:
+            return look_up_group(store, batches)
+        finally:
+            spent["lookup_seconds"] += time.monotonic() - started
+            spent["lookup_cpu_seconds"] += time.thread_time() - cpu
+
+    reconcile.lookup.look_up_group = timed
+    return spent
 
 
 def child_reconcile(bootstrap: str, topic: str, data_dir: str, stop: int, partitions: int, jobs: int) -> dict:
     from reconcile.ranges import Bound
+
+    spent = time_lookups()
 
     request = ReconcileRequest(
         kafka=KafkaConfig(bootstrap),
@@ -134,16 +164,45 @@ def child_reconcile(bootstrap: str, topic: str, data_dir: str, stop: int, partit
         stop=Bound(str(stop), offset=stop),
         jobs=jobs,
     )
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     report = run_reconcile(request)
-    seconds = time.monotonic() - started
+    seconds, cpu = time.monotonic() - started, time.process_time() - cpu
     differences = sum(p.missing_from_store + p.unpublished + p.duplicate_records for p in report.partitions)
     return {
         "records": report.records_scanned,
         "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu, 2),
+        **{name: round(value, 2) for name, value in spent.items()},
         "peak_rss_mb": peak_rss_mb(),
         "differences": differences,
         "exit_code": report.exit_code,
+    }
+
+
+def child_lookups(data_dir: str, records: int) -> dict:
+    """The store's ids looked up in output order, without Kafka: reconcile's key-ordered groups, and the
+    previous way (in output order, 50,000 per multi-get). CPU seconds of this single-threaded process."""
+    from reconcile.lookup import GROUP_RECORDS, look_up_group, seqs_of
+
+    ids = make_ids(records, seed=1)  # the same ids, in the same order, as the output topic holds
+    figures = {}
+    with DedupStore.open_secondary(store_path(Path(data_dir), INPUT, 0)) as store:
+        started = time.process_time()
+        for start in range(0, records, GROUP_RECORDS):
+            if look_up_group(store, [ids[start : start + GROUP_RECORDS]]).run_start is None:
+                raise SystemExit("the store does not hold the ids in order")
+        figures["key_ordered_groups"] = time.process_time() - started
+        started = time.process_time()
+        for start in range(0, records, 50_000):
+            seqs_of(store, ids[start : start + 50_000])
+        figures["output_order_50k"] = time.process_time() - started
+    return {
+        name: {
+            "cpu_seconds": round(cpu, 2),
+            "us_per_id": round(cpu / records * 1e6, 2),
+            "ids_per_second": round(records / cpu),
+        }
+        for name, cpu in figures.items()
     }
 
 
@@ -183,6 +242,8 @@ def main() -> None:
         mode, *rest = args.child
         if mode == "consume":
             result = child_consume(rest[0], rest[1])
+        elif mode == "lookups":
+            result = child_lookups(rest[0], int(rest[1]))
         else:
             result = child_reconcile(rest[0], rest[1], rest[2], int(rest[3]), int(rest[4]), int(rest[5]))
         json.dump(result, sys.stdout)
@@ -216,6 +277,8 @@ def main() -> None:
         results["consume"] = best(consume_runs)
         results["reconcile"] = best(reconcile_runs)
         results["reconcile_small"] = best(small_runs)
+        with console.status(f"lookups alone over {args.records:,} ids"):
+            lookups = run_child("lookups", str(data_dir), str(args.records))
 
         with console.status(f"two partitions of {args.jobs_records:,}: --jobs 1 vs --jobs 2"):
             ids = make_ids(2 * args.jobs_records, seed=2)
@@ -239,7 +302,8 @@ def main() -> None:
     rss_growth = results["reconcile"]["peak_rss_mb"] / results["reconcile_small"]["peak_rss_mb"]
     jobs_speedup = results["jobs_2"]["records_per_second"] / results["jobs_1"]["records_per_second"]
     table = Table(title=f"dedupectl reconcile, {args.records:,} records (best of {args.repeat}; shared 2-core machine)")
-    for column in ("run", "records", "seconds", "records/s", "÷ plain consume", "peak RSS MB"):
+    columns = ("run", "records", "seconds", "records/s", "÷ plain consume", "CPU s", "lookup s (CPU)", "peak RSS MB")
+    for column in columns:
         table.add_column(column, justify="left" if column == "run" else "right")
     labels = {
         "consume": "plain read_committed consume",
@@ -255,9 +319,23 @@ def main() -> None:
             f"{figures['seconds']:.2f}",
             f"{figures['records_per_second']:,.0f}",
             f"{figures['records_per_second'] / floor:.2f}x",
+            f"{figures['cpu_seconds']:.1f}",
+            f"{figures['lookup_seconds']:.1f} ({figures['lookup_cpu_seconds']:.1f})"
+            if "lookup_seconds" in figures
+            else "",
             f"{figures['peak_rss_mb']:.0f}",
         )
     console.print(table)
+    stage = Table(title=f"lookups alone, {args.records:,} ids of the store in output order (no Kafka, one thread)")
+    for column in ("how", "CPU s", "us per id", "ids/s"):
+        stage.add_column(column, justify="left" if column == "how" else "right")
+    for name, label in (("key_ordered_groups", "key-ordered groups of 200,000 (reconcile)"),
+                        ("output_order_50k", "output order, 50,000 per multi-get (before)")):  # fmt: skip
+        figures = lookups[name]
+        stage.add_row(
+            label, f"{figures['cpu_seconds']:.1f}", f"{figures['us_per_id']:.2f}", f"{figures['ids_per_second']:,}"
+        )
+    console.print(stage)
     console.print(
         f"reconcile / plain consume: {ratio:.2f}x (target >= 0.7); peak RSS {args.records:,} vs {args.small:,}: "
         f"{rss_growth:.2f}x (flat = ~1.0); --jobs 2 vs 1: {jobs_speedup:.2f}x"
@@ -266,6 +344,7 @@ def main() -> None:
         "records": args.records,
         "small": args.small,
         "results": results,
+        "lookups_alone": lookups,
         "reconcile_over_consume": round(ratio, 3),
         "peak_rss_ratio_large_over_small": round(rss_growth, 3),
         "jobs2_over_jobs1": round(jobs_speedup, 3),

@@ -5,9 +5,14 @@ This is the only comparison in the product: the worker's recovery is this over t
 
 How it stays fast and bounded over tens of millions of records:
 
-- **large lookups, one group ahead.** Every record's id is looked up in the store, ~50,000 at a time (one
-  multi-get reads each store block once for all its ids), in a helper thread while the previous group is
-  compared and librdkafka fetches the next: RocksDB and librdkafka release the GIL (``reconcile.lookup``).
+- **large lookups, one group ahead.** Every record's id is looked up in the store, a group of 200,000
+  records at a time in key order (each store block is decompressed about once per group), in a helper
+  thread while the previous group is compared and librdkafka fetches the next: RocksDB and librdkafka
+  release the GIL (``reconcile.lookup``). Batches are read ``compact`` (ids, offsets, timestamps; not the
+  consumer's messages), so two groups in memory cost ~150 bytes a record.
+- **a healthy group is one run.** When a group's numbers are exactly ``first..first+n-1`` (in any order)
+  and none was matched before, the whole group is matched at once (``_Comparison.feed_run``); any other
+  group is compared record by record (``_Comparison.feed``), so the counts and samples stay exact.
 - **what was matched** is a bitmap of sequence numbers (``reconcile.seqset``) that folds full chunks: flat
   memory for a healthy store, one bit per number at worst. A number matched twice is a repeat in the output.
 - **ids the store lacks** get the next sequence numbers, in output order: recorded in the store at once
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from itertools import islice
 
 from reconcile.forget import forget_ids
-from reconcile.lookup import GROUP_RECORDS, Lookup, Prefetcher, look_up
+from reconcile.lookup import GROUP_RECORDS, GroupLookup, Lookup, Prefetcher, look_up
 from reconcile.report import (
     Coverage,
     DuplicateSample,
@@ -58,6 +63,7 @@ from store.dedup_store import DedupStore
 log = logging.getLogger(__name__)
 
 SAMPLE_SIZE = 10
+SCAN_BATCH = 10_000  # records per consume() call; lookups and comparisons go by groups of batches
 REPEAT_OFFSETS_KEPT = 5
 # Ids of the store missing from the range are checked against the rest of the partition, held in memory
 # meanwhile: above this many they are reported unchecked and never removed (so many mean a wrong store).
@@ -159,21 +165,25 @@ def _scan(
     is compared; return where reading stopped."""
     position = max(scan_range.start, scan_range.low, 0)
     group: list[OutputBatch] = []
-    pending: tuple[list[OutputBatch], Future[list[Lookup]]] | None = None
+    pending: tuple[list[OutputBatch], Future[GroupLookup]] | None = None
     prefetcher = Prefetcher(comparison.store)
 
-    def compare(batches: list[OutputBatch], looked_up: Future[list[Lookup]]) -> int:
-        reached = position
-        for batch, lookup in zip(batches, looked_up.result(), strict=True):
-            comparison.feed(batch, lookup, advance_to=batch.position if may_advance else None)
-            reached = max(reached, batch.position)
+    def compare(batches: list[OutputBatch], looked_up: Future[GroupLookup]) -> int:
+        reached = max(position, batches[-1].position)
+        found = looked_up.result()
+        if not comparison.feed_run(found, advance_to=reached if may_advance else None):
+            for batch, lookup in zip(batches, found.per_batch(comparison.store), strict=True):
+                comparison.feed(batch, lookup, advance_to=batch.position if may_advance else None)
         if on_batch is not None:
             on_batch(reached, comparison.scanned)
         return reached
 
     try:
         records = 0
-        for batch in reader.scan(topic, partition, scan_range.start, stop_offset=scan_range.stop):
+        batches = reader.scan(
+            topic, partition, scan_range.start, stop_offset=scan_range.stop, batch_size=SCAN_BATCH, compact=True
+        )
+        for batch in batches:
             if cancel is not None and cancel.is_set():
                 raise Interrupted
             group.append(batch)
@@ -262,6 +272,22 @@ class _Comparison:
             self.scratch.close()
 
     # -- scanning ------------------------------------------------------------------------------------
+
+    def feed_run(self, group: GroupLookup, advance_to: int | None) -> bool:
+        """The fast path: a whole group that matched one run of numbers nobody matched before (the common
+        case, a healthy store read in publication order). False, changing nothing, when it is not that."""
+        first = group.run_start
+        if first is None:
+            return False
+        stop = first + group.count
+        if stop > self.limit or not self.seen.run_is_clear(first, stop):
+            return False  # numbers found by this run (apply) or matched before (repeats): the exact path
+        self.seen.add_run(first, stop)
+        self._widen(first, stop - 1)
+        self.scanned += group.count
+        if self.apply and advance_to is not None:
+            self.store.record([], [], output_offset=advance_to)
+        return True
 
     def feed(self, batch: OutputBatch, looked_up: Lookup, advance_to: int | None) -> None:
         ids = batch.ids

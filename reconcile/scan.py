@@ -5,16 +5,19 @@ and ``verify`` all use it. The output record's key is its ``messageId`` (the wor
 
 The loop is the hot path of a reconcile over tens of millions of records, so it touches each message as
 little as a plain consumer would: its key. Offsets and timestamps are read only for the few records a caller
-asks about (``OutputBatch.offset(i)``), never for every record.
+asks about (``OutputBatch.offset(i)``), except in a ``compact`` scan, which copies them into flat arrays
+with a few C-level calls per batch so the messages themselves can go (see ``OutputReader.scan``).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Iterator
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
@@ -25,6 +28,9 @@ from dedupectl.kafka_clients import make_consumer, unreachable
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05
+_OFFSET = Message.offset
+_TIMESTAMP = Message.timestamp
+_SECOND = itemgetter(1)
 
 # The consumer a scan uses; exposed so benchmarks measure their baseline with the very same settings.
 SCAN_CONSUMER_SETTINGS: dict[str, object] = {
@@ -45,25 +51,44 @@ SCAN_CONSUMER_SETTINGS: dict[str, object] = {
 @dataclass(frozen=True)
 class OutputBatch:
     """Consecutive committed output records: their ids (keys; ``b""`` when a record has none) and where
-    reading continues (``position``, past any transaction markers)."""
+    reading continues (``position``, past any transaction markers).
+
+    A batch keeps the consumer's messages for ``offset(i)`` and ``timestamp_ms(i)``, or, from a ``compact``
+    scan, only each record's offset and timestamp in flat arrays (see ``OutputReader.scan``)."""
 
     ids: list[bytes]
-    messages: list[Message] = field(repr=False)
+    messages: list[Message] | None = field(repr=False)
     position: int
+    _offsets: Sequence[int] | None = field(default=None, repr=False)
+    _timestamps: Sequence[int] | None = field(default=None, repr=False)
+
+    @classmethod
+    def compact(cls, ids: list[bytes], messages: list[Message], position: int) -> OutputBatch:
+        """A batch that keeps its records' offsets and timestamps, not their messages."""
+        if not messages:
+            return cls(ids, None, position, range(0), array("q"))
+        first, last = messages[0].offset(), messages[-1].offset()
+        # offsets are consecutive unless a transaction marker falls inside the batch
+        offsets = range(first, last + 1) if last - first == len(messages) - 1 else array("q", map(_OFFSET, messages))
+        return cls(ids, None, position, offsets, array("q", map(_SECOND, map(_TIMESTAMP, messages))))
 
     def offset(self, index: int) -> int:
+        if self.messages is None:
+            return self._offsets[index]
         return self.messages[index].offset()
 
     def timestamp_ms(self, index: int) -> int:
+        if self.messages is None:
+            return self._timestamps[index]
         return self.messages[index].timestamp()[1]
 
     @cached_property
     def offsets(self) -> list[int]:
-        return [message.offset() for message in self.messages]
+        return [self.offset(index) for index in range(len(self.ids))]
 
     @cached_property
     def timestamps_ms(self) -> list[int]:
-        return [message.timestamp()[1] for message in self.messages]
+        return [self.timestamp_ms(index) for index in range(len(self.ids))]
 
 
 @dataclass(frozen=True)
@@ -115,14 +140,22 @@ class OutputReader:
         *,
         stop_offset: int | None = None,
         batch_size: int = 10_000,
+        compact: bool = False,
     ) -> Iterator[OutputBatch]:
         """Yield the committed records of ``topic[partition]`` from ``start_offset`` (-1: the beginning) up
-        to the end as it is when reading reaches it, or to ``stop_offset`` (exclusive)."""
+        to the end as it is when reading reaches it, or to ``stop_offset`` (exclusive).
+
+        ``compact``: batches keep each record's offset and timestamp in flat arrays instead of the consumer's
+        messages, for callers that hold many batches at once (reconcile holds two groups of 200,000
+        records). Messages cost ~500 bytes a record and are objects the cyclic garbage collector traverses
+        on every full collection (measured on a 1M-record reconcile: peak RSS 590 -> 422 MB, and up to a
+        fifth of the time spent in the collector gone); the arrays cost ~0.2 us a record to fill."""
         consumer, kafka = self._consumer, self._kafka
         tp = TopicPartition(topic, partition, start_offset if start_offset >= 0 else OFFSET_BEGINNING)
         try:
             consumer.assign([tp])
-            yield from _read_until_eof(consumer, kafka, topic, partition, stop_offset, batch_size)
+            make = OutputBatch.compact if compact else OutputBatch
+            yield from _read_until_eof(consumer, kafka, topic, partition, stop_offset, batch_size, make)
             low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
             if 0 <= start_offset < low:
                 log.warning(
@@ -167,7 +200,7 @@ def _describe(error: KafkaException) -> str:
     return first.str() if isinstance(first, KafkaError) else str(first)
 
 
-def _read_until_eof(consumer, kafka: KafkaConfig, topic: str, partition: int, stop_offset, batch_size):
+def _read_until_eof(consumer, kafka: KafkaConfig, topic: str, partition: int, stop_offset, batch_size, make):
     """Consume until end-of-partition (or ``stop_offset``); fail if the broker goes silent for a timeout."""
     # consume() waits its whole timeout unless the batch fills, even after end-of-partition: poll briefly
     silent_polls, max_silent_polls = 0, max(1, int(kafka.timeout_s / POLL_SECONDS))
@@ -185,10 +218,10 @@ def _read_until_eof(consumer, kafka: KafkaConfig, topic: str, partition: int, st
             messages, ids, at_eof = _drop_events(messages, ids, topic, partition)
         if stop_offset is not None and messages and messages[-1].offset() + 1 >= stop_offset:
             cut = bisect.bisect_left(messages, stop_offset, key=Message.offset)
-            yield OutputBatch(ids[:cut], messages[:cut], stop_offset)
+            yield make(ids[:cut], messages[:cut], stop_offset)
             return
         if messages or at_eof:
-            yield OutputBatch(ids, messages, _position(consumer, kafka, topic, partition, messages))
+            yield make(ids, messages, _position(consumer, kafka, topic, partition, messages))
         if at_eof:
             return
 

@@ -97,6 +97,21 @@ class SeqBitmap:
             start = end
         return repeated
 
+    def run_is_clear(self, start: int, stop: int) -> bool:
+        """Whether none of ``start..stop-1`` is in the set (a few C-level operations per chunk)."""
+        while start < stop:
+            index = start >> CHUNK_SHIFT
+            end = min(stop, (index + 1) << CHUNK_SHIFT)
+            chunk = self._chunks.get(index)
+            if chunk is _FULL:
+                return False
+            if chunk is not None:
+                base = index << CHUNK_SHIFT
+                if not _run_is_clear(chunk.bits, start - base, end - base):
+                    return False
+            start = end
+        return True
+
     def missing_runs(self, start: int, stop: int) -> Iterator[tuple[int, int]]:
         """Spans ``(a, b)`` inside ``start..stop-1`` that hold every number not in the set (and, to stay
         cheap, possibly some that are: callers test each candidate with ``in``)."""

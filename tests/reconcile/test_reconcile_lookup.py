@@ -1,5 +1,6 @@
 """Looking up sequence numbers: runs of consecutive numbers are recognised as one (the fast path), anything
-else (absent ids, repeats, reordering) id by id; a group of batches is one multi-get, a Lookup per batch."""
+else (absent ids, repeats, reordering) id by id; a group of batches is looked up in key order, is one run
+whatever the order of its ids, and otherwise is mapped back to a Lookup per batch."""
 
 from __future__ import annotations
 
@@ -28,14 +29,34 @@ def test_runs_absences_and_reorderings(tmp_path):
         forget_ids(store, [(7, ids[7])])
         assert look_up(store, ids[6:9]).seqs == [6, None, 8]
 
+        # a group is one run when its numbers are exactly consecutive, in whatever order its ids come
+        shuffled = look_up_group(store, [ids[12:20], [ids[11], ids[10]]])
+        assert (shuffled.count, shuffled.run_start) == (10, 10)
         batches = [ids[i : i + 10] for i in range(0, 50, 10)]
-        assert [lookup.run_start for lookup in look_up_group(store, batches)] == [None, 10, 20, 30, 40]  # 7 is gone
+        gapped_group = look_up_group(store, batches)  # 7 is gone: the exact path, batch by batch
+        assert gapped_group.run_start is None
+        assert [lookup.run_start for lookup in gapped_group.per_batch(store)] == [None, 10, 20, 30, 40]
+        assert gapped_group.per_batch(store)[0].seqs == [0, 1, 2, 3, 4, 5, 6, None, 8, 9]
+        assert [lookup.seqs for lookup in shuffled.per_batch(store)] == [list(range(12, 20)), [11, 10]]
+        repeats = look_up_group(store, [ids[20:23], [ids[21]]])  # 4 ids, numbers 20-22: not a run
+        assert repeats.run_start is None
+        assert [lookup.seqs for lookup in repeats.per_batch(store)] == [[20, 21, 22], [21]]
+        absent = look_up_group(store, [[b"never-1"], [b"never-2", b"never-3"]])
+        assert [lookup.seqs for lookup in absent.per_batch(store)] == [[None], [None, None]]
+        odd_keys = look_up_group(store, [[b"", b"x", ids[50]]])  # keys too short to bucket: sorted fully
+        assert odd_keys.per_batch(store)[0].seqs == [None, None, 50]
         prefetcher = Prefetcher(store)
         try:
-            (first, second) = prefetcher.submit([ids[:3], ids[10:13]]).result()
+            group = prefetcher.submit([ids[:3], ids[10:13]]).result()
+            assert group.run_start is None
+            (first, second) = group.per_batch(store)
             assert (first.seqs, second.run_start) == ([0, 1, 2], 10)
         finally:
             prefetcher.close()
 
         store.write_state(replace(store.state, first_live_seq=20))  # aged: below the cut reads as absent
         assert look_up(store, [ids[19], ids[20]]).seqs == [None, 20]
+        aged = look_up_group(store, [ids[18:22]])
+        assert aged.run_start is None
+        assert aged.per_batch(store)[0].seqs == [None, None, 20, 21]
+        assert look_up_group(store, [ids[20:22]]).run_start == 20

@@ -57,3 +57,18 @@ def test_a_healthy_scan_holds_one_partial_chunk_whatever_its_length():
     for start in range(0, 50 * CHUNK_BITS, 10_000):
         seen.add_run(start, start + 10_000)
     assert seen.allocated_bytes <= CHUNK_BYTES
+
+
+def test_run_is_clear_agrees_with_a_plain_set():
+    rng = random.Random(5)
+    seen, reference = SeqBitmap(), set()
+    seen.add_run(0, CHUNK_BITS)  # one full chunk (the shared marker)
+    reference.update(range(CHUNK_BITS))
+    for seq in rng.sample(range(CHUNK_BITS, 3 * CHUNK_BITS), 200):
+        seen.add(seq)
+        reference.add(seq)
+    for _ in range(300):
+        start = rng.randrange(4 * CHUNK_BITS)
+        stop = start + rng.randrange(1, 2 * CHUNK_BITS)
+        assert seen.run_is_clear(start, stop) == reference.isdisjoint(range(start, stop))
+    assert seen.run_is_clear(5 * CHUNK_BITS, 6 * CHUNK_BITS)
