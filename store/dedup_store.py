@@ -13,6 +13,8 @@ import struct
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import is_not
 from pathlib import Path
 
 from rocksdict import AccessType, Rdict, WriteBatch
@@ -274,8 +276,8 @@ class DedupStore:
         batch once, for this lookup and for ``record``."""
         values = self._values(keys)
         cut = self._state.first_live_seq
-        if cut == 0:  # nothing aged yet: presence is the answer
-            return [value is not None for value in values]
+        if cut == 0:  # nothing aged yet: presence is the answer (a C-level pass: every batch asks)
+            return list(map(is_not, values, repeat(None, len(values))))
         return [value is not None and int.from_bytes(value, "big") >= cut for value in values]
 
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:

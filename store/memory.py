@@ -1,6 +1,6 @@
 """Keeping the worker's resident memory to what its stores hold.
 
-What a store needs per retained id is small: its bloom filters and indexes, about 1.4 bytes per id. What
+What a store needs per retained id is small: its bloom filters and indexes, about 2.2 bytes per id. What
 glibc keeps resident after RocksDB frees memory is not, and grows with the work done:
 
 - RocksDB allocates each memtable in large arena blocks. glibc serves such blocks with ``mmap`` at first, but
