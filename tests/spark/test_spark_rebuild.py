@@ -8,6 +8,7 @@ sequence order differ and these tests fail."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 from spark_support import BASE_MS, Record, event
 
@@ -94,14 +95,7 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
     assert not report.without_duplicates  # numbered the general way: first occurrences, then ranks
     assert report.records_read == 2503 and report.files == 3  # 1000, 1000 and 500 ids
 
-    recovered = tmp_path / "recovered" / "store"
-    with (
-        DedupStore.open(recovered, topic=pipeline.input_topic, partition=0) as store,
-        OutputReader(pipeline.kafka) as reader,
-    ):
-        catch_up(store, reader, pipeline.output_topic, 0)
-    rebuilt = store_path(tmp_path / "rebuilt", pipeline.input_topic, 0)
-    assert _contents(rebuilt) == _contents(recovered)
+    rebuilt, recovered = _same_as_recovery(pipeline, tmp_path)
 
     with DedupStore.open_existing(rebuilt) as store:
         ranges = [f.seq_range for f in ids_files(store)]
@@ -111,6 +105,19 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
     with DedupStore.open_existing(recovered) as store:
         age_step(store, AgingPolicy(max_keys=1000))
     assert _contents(rebuilt) == _contents(recovered)  # the same ids aged out
+
+
+def _same_as_recovery(pipeline, tmp_path: Path) -> tuple[Path, Path]:
+    """Record partition 0's output the worker's way (recovery) and check the rebuilt store holds the same."""
+    recovered = tmp_path / "recovered" / "store"
+    with (
+        DedupStore.open(recovered, topic=pipeline.input_topic, partition=0) as store,
+        OutputReader(pipeline.kafka) as reader,
+    ):
+        catch_up(store, reader, pipeline.output_topic, 0)
+    rebuilt = store_path(tmp_path / "rebuilt", pipeline.input_topic, 0)
+    assert _contents(rebuilt) == _contents(recovered)
+    return rebuilt, recovered
 
 
 def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_session, tmp_path):
@@ -136,13 +143,6 @@ def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_
     assert report.files == 3 and report.seconds_handing_over > 0
     assert spark_session.conf.get("spark.sql.optimizer.plannedWrite.enabled") == planned
 
-    recovered = tmp_path / "recovered" / "store"
-    with (
-        DedupStore.open(recovered, topic=pipeline.input_topic, partition=0) as store,
-        OutputReader(pipeline.kafka) as reader,
-    ):
-        catch_up(store, reader, pipeline.output_topic, 0)
-    rebuilt = store_path(tmp_path / "rebuilt", pipeline.input_topic, 0)
-    assert _contents(rebuilt) == _contents(recovered)
+    rebuilt, _ = _same_as_recovery(pipeline, tmp_path)
     with DedupStore.open_secondary(rebuilt) as store:
         assert [f.seq_range for f in ids_files(store)] == [(0, 699), (700, 1399), (1400, 1799)]
