@@ -47,6 +47,17 @@ def make_producer(kafka: KafkaConfig, **extra: Any) -> Producer:
     return build_client(Producer, _settings(kafka, extra))
 
 
+def flush_at_exit(producer: Producer, timeout_s: float) -> int:
+    """Flush on the way out; return the messages left undelivered. A producer that met a fatal error (fenced
+    by a newer instance) raises it again from the flush that serves its error event: at exit that would
+    replace the error being reported (FencedError, exit 2) with a bare KafkaException, so it is only logged."""
+    try:
+        return producer.flush(timeout_s)
+    except KafkaException as error:
+        librdkafka_log.warning("flush at exit: %s", error.args[0].str() if error.args else error)
+        return len(producer)
+
+
 def unreachable(kafka: KafkaConfig, detail: str) -> BrokerError:
     return BrokerError(
         f"cannot reach Kafka at {kafka.bootstrap_servers} within {kafka.timeout_s:g}s ({detail})",

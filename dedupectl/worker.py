@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
-from dedupectl.kafka_clients import build_client, librdkafka_log, partition_counts
+from dedupectl.kafka_clients import build_client, flush_at_exit, librdkafka_log, partition_counts
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
@@ -277,7 +277,7 @@ class Worker:
         if self._reader is not None:
             self._reader.close()
         if self._producer is not None:
-            self._producer.flush(self.config.kafka.timeout_s)
+            flush_at_exit(self._producer, self.config.kafka.timeout_s)
         self._offsets_sender.shutdown()
         self._remove_status()
 

@@ -9,6 +9,7 @@ is the exact aging cut every reader applies.
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import tempfile
 import time
@@ -72,6 +73,18 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
         meta.close()
 
 
+def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity, StoreState]:
+    """Give a new database its identity and an empty state, in one write."""
+    state = StoreState()
+    batch = WriteBatch(raw_mode=True)
+    handle = db.get_column_family_handle(CF_META)
+    batch.put(META_IDENTITY, encode_identity(identity), handle)
+    batch.put(META_STATE, encode_state(state), handle)
+    db.write(batch)
+    del handle
+    return identity, state
+
+
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
     text = str(error)
     if "lock" in text.lower() and ("temporarily unavailable" in text or "lock hold" in text):
@@ -126,8 +139,9 @@ class DedupStore:
             raise DataDirError(
                 f"data directory {path.parent} is not writable", "fix its permissions or choose another --data-dir"
             )
-        fresh = not (path / "CURRENT").exists()
-        if not fresh:
+        if not (path / "CURRENT").exists() and (not path.exists() or not any(path.iterdir())):
+            cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms()))
+        else:
             cls._check_families(path)
         options, families = store_options(create=True)
         try:
@@ -135,15 +149,10 @@ class DedupStore:
         except Exception as error:
             raise _translate_open_error(path, error) from error
         raw_identity, _ = _read_meta_values(db)
-        if raw_identity is None:
-            identity = StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms())
-            state = StoreState()
-            batch = WriteBatch(raw_mode=True)
-            handle = db.get_column_family_handle(CF_META)
-            batch.put(META_IDENTITY, encode_identity(identity), handle)
-            batch.put(META_STATE, encode_state(state), handle)
-            db.write(batch)
-            del handle
+        if raw_identity is None:  # a directory that held something else first, or a store of an old build
+            identity, state = _write_fresh_meta(
+                db, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms())
+            )
         else:
             identity, state = cls._read_meta(db, path)
             if (identity.topic, identity.partition) != (topic, partition):
@@ -153,6 +162,30 @@ class DedupStore:
                     "check --data-dir; never copy a store between partitions",
                 )
         return cls(db, path, identity, state, writable=True)
+
+    @staticmethod
+    def _create(path: Path, identity: StoreIdentity) -> None:
+        """Build a new store beside ``path`` and rename it into place: RocksDB writes CURRENT before it adds
+        the column families and the metadata, and a reader (``stats``, a snapshot, a test) looking meanwhile
+        would take a half-made store for a foreign database. The rename makes it appear whole or not at all."""
+        building = path.with_name(f".{path.name}.creating")
+        shutil.rmtree(building, ignore_errors=True)  # left by a crash during an earlier creation
+        options, families = store_options(create=True)
+        try:
+            db = Rdict(str(building), options=options, column_families=families)
+        except Exception as error:
+            raise _translate_open_error(path, error) from error
+        try:
+            _write_fresh_meta(db, identity)
+        finally:
+            db.close()
+        try:
+            os.replace(building, path)  # path is absent or an empty directory here
+        except OSError as error:
+            shutil.rmtree(building, ignore_errors=True)
+            raise DataDirError(
+                f"cannot move the new store into {path}: {error.strerror}", "check the data directory"
+            ) from error
 
     @classmethod
     def open_existing(cls, path: Path) -> DedupStore:
