@@ -45,9 +45,10 @@ from store.options import store_options
 
 # The ids family compresses at a high zstd level (store.options): worth it for files flushed once in the
 # background, but it makes writing an SST file 4x slower (3.7 vs 0.85 us per id, measured) for 7% fewer bytes.
-# A bulk load is the critical path of restoring capacity, so its files use a fast level; the family's own
-# level applies again whenever FIFO merges them.
-BULK_ZSTD_LEVEL = 3
+# A bulk load is the critical path of restoring capacity, so its files use the fastest level: 1 writes 0.76 us
+# per id against 0.92 at level 3 for 22.6 bytes per id against 22.3 (500k ajs- ids, measured back to back).
+# The family's own level applies again whenever FIFO merges them.
+BULK_ZSTD_LEVEL = 1
 _UNFILLED = array("q", [-(1 << 63)])  # no timestamp is this
 
 
