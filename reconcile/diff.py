@@ -43,7 +43,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import islice
 
-from reconcile.forget import forget_ids
 from reconcile.lookup import GROUP_RECORDS, GroupLookup, Lookup, Prefetcher, look_up
 from reconcile.report import (
     Coverage,
@@ -238,8 +237,7 @@ def _judge_unpublished(
     elsewhere = frozenset(_seen_elsewhere(reader, topic, partition, scan_range, position, candidates))
     removed = 0
     if comparison.apply:
-        doomed = [(seq, message_id) for message_id, seq in candidates.items() if message_id not in elsewhere]
-        removed = forget_ids(comparison.store, doomed)
+        removed = comparison.store.forget_many([message_id for message_id in candidates if message_id not in elsewhere])
     return _Verdict(elsewhere, True, removed, None)
 
 

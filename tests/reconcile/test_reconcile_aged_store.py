@@ -7,8 +7,6 @@ from dataclasses import replace
 
 from reconcile_support import ids, only_partition
 
-from reconcile.forget import forget_ids
-
 
 def test_ids_aged_out_are_not_missing(make_pipeline):
     pipeline = make_pipeline()
@@ -16,7 +14,7 @@ def test_ids_aged_out_are_not_missing(make_pipeline):
     pipeline.publish(published)
     pipeline.record(published, output_offset=pipeline.end_offset())
     with pipeline.open_store() as store:  # age out the oldest 20, as the store's aging does
-        forget_ids(store, list(enumerate(published[:20])))
+        store.forget_many(published[:20])
         store.write_state(replace(store.state, first_live_seq=20))
     pipeline.publish(ids("t", 5), name="late")  # published after, recorded by nobody: truly missing
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reconcile.forget import forget_ids
 from reconcile.lookup import Prefetcher, look_up, look_up_group
 from store.dedup_store import DedupStore
 
@@ -26,7 +25,7 @@ def test_runs_absences_and_reorderings(tmp_path):
         assert (gapped.run_start, gapped.seqs) == (None, [5, None, 6])
         assert look_up(store, []).seqs == []
 
-        forget_ids(store, [(7, ids[7])])
+        store.forget_many([ids[7]])
         assert look_up(store, ids[6:9]).seqs == [6, None, 8]
 
         # a group is one run when its numbers are exactly consecutive, in whatever order its ids come
