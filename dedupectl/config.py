@@ -83,6 +83,10 @@ class KafkaConfig:
         return {"bootstrap_servers": self.bootstrap_servers, "settings": redact(self.settings)}
 
 
+DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
+MIN_MEMTABLE_BUDGET = 4 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     kafka: KafkaConfig
@@ -103,6 +107,7 @@ class WorkerConfig:
     metrics_host: str = "0.0.0.0"
     max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
     max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
+    memtable_budget_bytes: int = DEFAULT_MEMTABLE_BUDGET  # the memtables of all held partitions together
     snapshot_every_s: float | None = None  # periodic snapshots of every held partition (None: on request only)
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
@@ -141,6 +146,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "timeout_s": float,
     "max_keys": int,
     "max_bytes": str,
+    "memtable_budget": str,
     "snapshot_every": str,
     "snapshot_to": str,
     "snapshot_keep": int,
@@ -283,7 +289,8 @@ def resolve_worker_config(
             if fields.get(key) is not None
         },
         max_keys=fields.get("max_keys"),
-        max_bytes=_size(fields.get("max_bytes")),
+        max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
+        memtable_budget_bytes=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
         snapshot_every_s=_duration(fields.get("snapshot_every")),
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
@@ -292,12 +299,12 @@ def resolve_worker_config(
     return config
 
 
-def _size(text: str | None) -> int | None:
+def _size(text: str | None, what: str) -> int | None:
     if text is None:
         return None
     from store.sizes import parse_size
 
-    return parse_size(text, what="max_bytes")
+    return parse_size(text, what=what)
 
 
 def _duration(text: str | None) -> float | None:
@@ -320,6 +327,11 @@ def _validate(config: WorkerConfig) -> None:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
     if config.max_keys is not None and config.max_keys < 1:
         raise ConfigError(f"max_keys must be at least 1, got {config.max_keys}")
+    if config.memtable_budget_bytes < MIN_MEMTABLE_BUDGET:
+        raise ConfigError(
+            f"memtable_budget must be at least 4MiB, got {config.memtable_budget_bytes} bytes",
+            "memtables smaller than that flush files of a few thousand ids",
+        )
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
         raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:

@@ -18,7 +18,7 @@ from itertools import repeat
 from operator import is_not
 from pathlib import Path
 
-from rocksdict import AccessType, Rdict, WriteBatch
+from rocksdict import AccessType, Rdict, WriteBatch, WriteBufferManager
 
 from dedupectl.errors import (
     DataDirError,
@@ -125,8 +125,11 @@ class DedupStore:
     # -- opening -------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, topic: str, partition: int) -> DedupStore:
-        """Open (creating if needed) the store of ``topic``/``partition`` for writing."""
+    def open(
+        cls, path: Path, *, topic: str, partition: int, write_buffers: WriteBufferManager | None = None
+    ) -> DedupStore:
+        """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``write_buffers`` is
+        the memtable budget it shares with the other stores of its worker (``store.options.memtable_budget``)."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +146,7 @@ class DedupStore:
             cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms()))
         else:
             cls._check_families(path)
-        options, families = store_options(create=True)
+        options, families = store_options(create=True, write_buffers=write_buffers)
         try:
             db = Rdict(str(path), options=options, column_families=families)
         except Exception as error:

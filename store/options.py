@@ -16,7 +16,15 @@ probes few filters. FIFO's own size limit is set out of reach: only aging decide
 
 from __future__ import annotations
 
-from rocksdict import BlockBasedOptions, Cache, DBCompactionStyle, DBCompressionType, FifoCompactOptions, Options
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompactionStyle,
+    DBCompressionType,
+    FifoCompactOptions,
+    Options,
+    WriteBufferManager,
+)
 
 from store.codec import CF_IDS, CF_META, CF_TIMES
 
@@ -67,10 +75,23 @@ def _ids_options(cache: Cache) -> Options:
     options.set_level_zero_slowdown_writes_trigger(1_000)
     options.set_level_zero_stop_writes_trigger(2_000)
     options.set_write_buffer_size(WRITE_BUFFER_BYTES)
-    # a memtable bloom filter: an absent id skips the memtable's skip list
-    options.set_memtable_prefix_bloom_ratio(0.1)
+    # a memtable bloom filter: an absent id skips the memtable's skip list. It is allocated whole with each
+    # memtable (ratio x write buffer): 0.02 gives ~10 bits per id of a full memtable, 1.3 MiB
+    options.set_memtable_prefix_bloom_ratio(0.02)
+    # arena blocks default to 1/8 of the write buffer: 8 MiB taken by a memtable holding its first id
+    options.set_arena_block_size(1024 * 1024)
     options.set_memtable_whole_key_filtering(True)
     return options
+
+
+def memtable_budget(total_bytes: int) -> WriteBufferManager:
+    """One memtable budget for all the stores of a worker. Each ``ids`` memtable may grow to 64 MiB, and the
+    partitions of a worker fill theirs in step: 4 partitions held up to 4 x 64 MiB of memtables, released
+    together at their flushes, a saw-tooth of 256 MiB in the worker's RSS (and 32 partitions, 2 GiB). Under a
+    shared budget the store written to flushes once all memtables together pass ~90% of it, so the worker's
+    memtables stay under the budget whatever its partition count, at the price of smaller, more numerous
+    files when it holds many partitions."""
+    return WriteBufferManager(total_bytes, False)  # never stall writers: a flush is always under way
 
 
 def _level_options(cache: Cache) -> Options:
@@ -83,10 +104,16 @@ def _level_options(cache: Cache) -> Options:
     return options
 
 
-def store_options(create: bool) -> tuple[Options, dict[str, Options]]:
-    """Return the DB options and the per-column-family options, sharing one block cache."""
+def store_options(create: bool, write_buffers: WriteBufferManager | None = None) -> tuple[Options, dict[str, Options]]:
+    """Return the DB options and the per-column-family options, sharing one block cache; ``write_buffers``
+    bounds the memtables of every store opened with it together (see ``memtable_budget``)."""
     cache = Cache(BLOCK_CACHE_BYTES)
     options = _level_options(cache)
+    if write_buffers is not None:
+        options.set_write_buffer_manager(write_buffers)
+        # a flush the budget asks for takes the oldest memtable of the store written to: without atomic
+        # flushes that is as often the meta or times family's (a few KiB freed) as the ids family's
+        options.set_atomic_flush(True)
     options.create_if_missing(create)
     options.create_missing_column_families(create)
     options.set_max_open_files(-1)  # filters stay loaded; also required by secondary instances

@@ -45,6 +45,11 @@ def run(
     max_bytes: str | None = typer.Option(
         None, "--max-bytes", help="Aging: keep at most this much SST data per partition, e.g. 40GiB."
     ),
+    memtable_budget: str | None = typer.Option(
+        None,
+        "--memtable-budget",
+        help="Memory for the memtables of all held partitions together, e.g. 256MiB (default 64MiB).",
+    ),
     snapshot_every: str | None = typer.Option(
         None, "--snapshot-every", help="Snapshot every held partition this often, e.g. 1h (failures never stop it)."
     ),
@@ -86,6 +91,7 @@ def run(
             "metrics_host": metrics_host,
             "max_keys": max_keys,
             "max_bytes": max_bytes,
+            "memtable_budget": memtable_budget,
             "snapshot_every": snapshot_every,
             "snapshot_to": snapshot_to,
             "snapshot_keep": snapshot_keep,
