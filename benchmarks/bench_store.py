@@ -40,11 +40,13 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store.aging import AgingPolicy, age_fully, age_step  # noqa: E402
 from store.codec import CF_IDS, encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
+from store.options import memtable_budget  # noqa: E402
 
 console = Console()
 MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: n -> n * MIX mod 2^128 is a bijection that looks random
@@ -91,7 +93,9 @@ def child_build(path: str, count: int, batch: int) -> dict:
     rng = random.Random(7)
     marks, raw_marks, settled_marks, latencies = {}, {}, {}, []
     started = time.perf_counter()
-    with DedupStore.open(Path(path), topic="bench", partition=0) as store:
+    # the worker's memtable budget, as `dedupectl run` sets it
+    write_buffers = memtable_budget(DEFAULT_MEMTABLE_BUDGET)
+    with DedupStore.open(Path(path), topic="bench", partition=0, write_buffers=write_buffers) as store:
         for first in range(0, count, batch):
             numbers = range(first, min(first + batch, count))
             ids = [message_id(n) for n in numbers]
