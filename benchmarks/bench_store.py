@@ -46,7 +46,7 @@ from store.codec import CF_IDS, encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
-from store.options import memtable_budget  # noqa: E402
+from store.options import shared_memory  # noqa: E402
 
 console = Console()
 MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: n -> n * MIX mod 2^128 is a bijection that looks random
@@ -93,9 +93,9 @@ def child_build(path: str, count: int, batch: int) -> dict:
     rng = random.Random(7)
     marks, raw_marks, settled_marks, latencies = {}, {}, {}, []
     started = time.perf_counter()
-    # the worker's memtable budget, as `dedupectl run` sets it
-    write_buffers = memtable_budget(DEFAULT_MEMTABLE_BUDGET)
-    with DedupStore.open(Path(path), topic="bench", partition=0, write_buffers=write_buffers) as store:
+    # the worker's memtable budget and block cache, as `dedupectl run` sets them
+    shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)
+    with DedupStore.open(Path(path), topic="bench", partition=0, shared=shared) as store:
         for first in range(0, count, batch):
             numbers = range(first, min(first + batch, count))
             ids = [message_id(n) for n in numbers]

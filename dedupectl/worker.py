@@ -44,7 +44,7 @@ from store.codec import encode_ids
 from store.dedup_store import DedupStore
 from store.layout import store_path
 from store.memory import limit_heap_retention, release_free_memory
-from store.options import memtable_budget
+from store.options import shared_memory
 from store.window import effective_window_seconds
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class Worker:
         self._idle_since: float | None = None
         self._reader: OutputReader | None = None
         self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
-        self._write_buffers = memtable_budget(config.memtable_budget_bytes)  # shared by every held store
+        self._shared_memory = shared_memory(config.memtable_budget_bytes)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
@@ -290,7 +290,7 @@ class Worker:
             if tp.partition not in self._partitions:
                 path = store_path(self.config.data_dir, self.config.input_topic, tp.partition)
                 store = DedupStore.open(
-                    path, topic=self.config.input_topic, partition=tp.partition, write_buffers=self._write_buffers
+                    path, topic=self.config.input_topic, partition=tp.partition, shared=self._shared_memory
                 )
                 self._partitions[tp.partition] = _Partition(tp.partition, store)
             # another worker may have published while we did not own it: recover before the next batch

@@ -18,7 +18,7 @@ from itertools import repeat
 from operator import is_not
 from pathlib import Path
 
-from rocksdict import AccessType, Rdict, WriteBatch, WriteBufferManager
+from rocksdict import AccessType, Rdict, WriteBatch
 
 from dedupectl.errors import (
     DataDirError,
@@ -53,7 +53,7 @@ from store.codec import (
     times_at,
     times_count,
 )
-from store.options import IDS_MUTABLE_OPTIONS, store_options
+from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
 from store.seq_view import SeqView
 
 # rocksdict's multi-get costs more per key on long lists (measured: 0.7 us/key at 500 keys, 1.2 at 5,000)
@@ -125,11 +125,9 @@ class DedupStore:
     # -- opening -------------------------------------------------------------------------------------
 
     @classmethod
-    def open(
-        cls, path: Path, *, topic: str, partition: int, write_buffers: WriteBufferManager | None = None
-    ) -> DedupStore:
-        """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``write_buffers`` is
-        the memtable budget it shares with the other stores of its worker (``store.options.memtable_budget``)."""
+    def open(cls, path: Path, *, topic: str, partition: int, shared: SharedMemory | None = None) -> DedupStore:
+        """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``shared`` is the
+        memtable budget and block cache it shares with the other stores of its worker."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,7 +144,7 @@ class DedupStore:
             cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms()))
         else:
             cls._check_families(path)
-        options, families = store_options(create=True, write_buffers=write_buffers)
+        options, families = store_options(create=True, shared=shared)
         try:
             db = Rdict(str(path), options=options, column_families=families)
         except Exception as error:

@@ -9,7 +9,7 @@ import pytest
 
 from store.codec import CF_IDS
 from store.dedup_store import DedupStore
-from store.options import memtable_budget
+from store.options import shared_memory
 
 BUDGET = 24 * 1024 * 1024
 STORES, BATCHES, BATCH = 2, 60, 5_000  # 300,000 ids per store: ~26 MiB of memtable each without a budget
@@ -25,9 +25,9 @@ def batch_ids(number: int, batch: int) -> list[bytes]:
 
 @pytest.mark.parametrize("shared", [True, False], ids=["budget", "no-budget"])
 def test_stores_sharing_a_budget_keep_their_memtables_under_it(tmp_path: Path, shared: bool):
-    budget = memtable_budget(BUDGET) if shared else None
+    memory = shared_memory(BUDGET) if shared else None
     stores = [
-        DedupStore.open(tmp_path / f"t-{number}", topic="t", partition=number, write_buffers=budget)
+        DedupStore.open(tmp_path / f"t-{number}", topic="t", partition=number, shared=memory)
         for number in range(STORES)
     ]
     try:
