@@ -61,7 +61,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--no-crash", action="store_true", help="skip the crash runs")
     parser.add_argument("--kill-fraction", type=float, default=0.4, help="crash when the output holds this share")
     parser.add_argument("--naive-seconds", type=float, default=20.0, help="time bound of the naive loop")
-    parser.add_argument("--idle-seconds", type=float, default=3.0, help="a system exits after this long idle")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=10.0, help="a system exits after this long idle (not timed)"
+    )
     parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX and Quix TTL")
     parser.add_argument("--process-timeout", type=float, default=3600.0, help="longest one process may run")
     parser.add_argument(
