@@ -46,8 +46,9 @@ def markdown(result: dict[str, Any]) -> str:
         "- duplicates / losses: ids published more than once / input ids never published, read back from the "
         "output topic with read_committed. The copy floor does not dedup: its duplicates are the input's. The "
         "naive loop is time-bounded (†): it is checked against the input its group committed.",
-        f"- memory/id: growth of the process's RSS (for Redis: plus the server's used_memory) per id retained, "
-        f"from {settings['memory_from_ids']:,} ids to the end of the run{_memory_caveat(workload['count'])}",
+        f"- memory/id: growth of the process's peak RSS (for Redis: plus the server's used_memory) per id "
+        f"retained, from the stretch just past {settings['memory_from_ids']:,} ids to the last stretch of the run, "
+        f"crest to crest (each stretch a ninth of the ids between){_memory_caveat(workload['count'])}",
         "- state/id: bytes of on-disk state per distinct id published (RocksDB directories after the run; Redis: "
         "used_memory growth, since its state lives in memory).",
         f"- crash run: SIGKILL once when the output held {settings['kill_fraction']:.0%} of the clean run's "
