@@ -14,9 +14,9 @@ Then, each in its own process (for a fair peak RSS), best of ``--repeat``:
 - ``reconcile`` over the first ``--small`` records: peak RSS must stay flat as the range grows 5x.
 
 Each run also reports its process CPU seconds, and a reconcile the wall and CPU time of its lookup thread
-(where the time goes: the lookups are the bottleneck). Then, without Kafka, the lookups alone over the whole
-store (the stage's ceiling): key-ordered groups as reconcile makes them, against the ids in output order
-50,000 per multi-get (how reconcile looked them up before). Then ``--jobs 1`` against ``--jobs 2`` on a
+(the stage that checks each group against the store). Then, without Kafka, that stage alone over the whole
+store: groups checked by the store's batch digests (reconcile's first way), against every id looked up in
+key order (its way when the digests do not show a run, and its only way before them). Then ``--jobs 1`` against ``--jobs 2`` on a
 two-partition topic of ``--jobs-records`` records per partition. Prints tables and writes
 benchmarks/results/reconcile.json.
 """
@@ -180,22 +180,21 @@ def child_reconcile(bootstrap: str, topic: str, data_dir: str, stop: int, partit
 
 
 def child_lookups(data_dir: str, records: int) -> dict:
-    """The store's ids looked up in output order, without Kafka: reconcile's key-ordered groups, and the
-    previous way (in output order, 50,000 per multi-get). CPU seconds of this single-threaded process."""
-    from reconcile.lookup import GROUP_RECORDS, look_up_group, seqs_of
+    """The store's ids in output order checked without Kafka, in reconcile's groups of 200,000: by the batch
+    digests (reconcile's first way), and by key-ordered lookups of every id (its way when digests do not
+    show a run). CPU seconds of this single-threaded process."""
+    import reconcile.lookup as lookup
 
     ids = make_ids(records, seed=1)  # the same ids, in the same order, as the output topic holds
     figures = {}
     with DedupStore.open_secondary(store_path(Path(data_dir), INPUT, 0)) as store:
-        started = time.process_time()
-        for start in range(0, records, GROUP_RECORDS):
-            if look_up_group(store, [ids[start : start + GROUP_RECORDS]]).run_start is None:
-                raise SystemExit("the store does not hold the ids in order")
-        figures["key_ordered_groups"] = time.process_time() - started
-        started = time.process_time()
-        for start in range(0, records, 50_000):
-            seqs_of(store, ids[start : start + 50_000])
-        figures["output_order_50k"] = time.process_time() - started
+        for name, by_digests in (("digest_groups", lookup.run_by_digests), ("key_ordered_groups", None)):
+            lookup.run_by_digests = by_digests or (lambda store, keys: None)
+            started = time.process_time()
+            for start in range(0, records, lookup.GROUP_RECORDS):
+                if lookup.look_up_group(store, [ids[start : start + lookup.GROUP_RECORDS]]).run_start is None:
+                    raise SystemExit("the store does not hold the ids in order")
+            figures[name] = time.process_time() - started
     return {
         name: {
             "cpu_seconds": round(cpu, 2),
@@ -329,8 +328,8 @@ def main() -> None:
     stage = Table(title=f"lookups alone, {args.records:,} ids of the store in output order (no Kafka, one thread)")
     for column in ("how", "CPU s", "us per id", "ids/s"):
         stage.add_column(column, justify="left" if column == "how" else "right")
-    for name, label in (("key_ordered_groups", "key-ordered groups of 200,000 (reconcile)"),
-                        ("output_order_50k", "output order, 50,000 per multi-get (before)")):  # fmt: skip
+    for name, label in (("digest_groups", "groups of 200,000 by batch digests (reconcile)"),
+                        ("key_ordered_groups", "groups of 200,000, every id looked up in key order")):  # fmt: skip
         figures = lookups[name]
         stage.add_row(
             label, f"{figures['cpu_seconds']:.1f}", f"{figures['us_per_id']:.2f}", f"{figures['ids_per_second']:,}"

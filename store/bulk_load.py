@@ -9,7 +9,8 @@ sequence is cut into batches (what a worker transaction records at most) and the
 - ``ids`` (FIFO): each file holds one stretch of consecutive sequence numbers with its batch markers, so its
   smallest and largest keys are its sequence range, exactly like a file flushed by the worker; aging drops
   the oldest files whole.
-- ``times``: one key per batch, the batch's first sequence number, as ``record`` writes it.
+- ``times``: one key per batch, the batch's first sequence number; its timestamps and digest, as ``record``
+  writes them.
 
 An SST file needs its keys in ascending byte order. Callers may hand a bucket's rows in any order; when they
 come sorted by message id (Spark sorts bytes as RocksDB does) the encoded keys usually come out sorted too,
@@ -34,6 +35,7 @@ from store.codec import (
     CF_IDS,
     CF_TIMES,
     StoreState,
+    batch_digests,
     encode_ids,
     encode_marker,
     encode_seq,
@@ -167,11 +169,15 @@ def write_bucket_places(
         put(encode_marker(False, min(batch_first + layout.batch_ids, first_seq + count) - 1), b"")
     writer.finish()
 
+    # each batch's digests are of its keys in sequence order, as record() makes them (reconcile compares by them)
+    in_seq_order: list[bytes] = [b""] * count
+    deque(map(in_seq_order.__setitem__, places, keys), maxlen=0)
     times = SstFileWriter(options=families[CF_TIMES])
     times.open(str(times_path))
     for batch_first in batch_starts:
         offset = batch_first - first_seq
-        times[encode_seq(batch_first)] = encode_times(stamps[offset : offset + layout.batch_ids].tolist())
+        digests = batch_digests(in_seq_order[offset : offset + layout.batch_ids])
+        times[encode_seq(batch_first)] = encode_times(stamps[offset : offset + layout.batch_ids].tolist(), digests)
     times.finish()
     return BucketFiles(bucket, first_seq, count, ids_path, times_path)
 

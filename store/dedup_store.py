@@ -14,6 +14,7 @@ import struct
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from itertools import repeat
 from operator import is_not
 from pathlib import Path
@@ -37,9 +38,11 @@ from store.codec import (
     LEGACY_FAMILIES,
     META_IDENTITY,
     META_STATE,
+    READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     StoreIdentity,
     StoreState,
+    batch_digests,
     decode_identity,
     decode_seq,
     decode_state,
@@ -52,6 +55,7 @@ from store.codec import (
     encode_times,
     times_at,
     times_count,
+    without_digests,
 )
 from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
 from store.seq_view import SeqView
@@ -83,6 +87,20 @@ def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity
     db.write(batch)
     del handle
     return identity, state
+
+
+def _upgrade_schema(db: Rdict, identity: StoreIdentity) -> StoreIdentity:
+    """Mark a schema-2 store opened for writing as schema 3: it is about to get batch digests, which builds
+    that read only schema 2 would misread (see ``store.codec``, Versions)."""
+    if identity.schema_version == SCHEMA_VERSION:
+        return identity
+    upgraded = replace(identity, schema_version=SCHEMA_VERSION)
+    handle = db.get_column_family_handle(CF_META)
+    batch = WriteBatch(raw_mode=True)
+    batch.put(META_IDENTITY, encode_identity(upgraded), handle)
+    db.write(batch)
+    del handle
+    return upgraded
 
 
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
@@ -162,6 +180,7 @@ class DedupStore:
                     f"store {path} belongs to {identity.topic}[{identity.partition}], not {topic}[{partition}]",
                     "check --data-dir; never copy a store between partitions",
                 )
+            identity = _upgrade_schema(db, identity)
         return cls(db, path, identity, state, writable=True)
 
     @staticmethod
@@ -200,7 +219,7 @@ class DedupStore:
         except Exception as error:
             raise _translate_open_error(path, error) from error
         identity, state = cls._read_meta(db, path)
-        return cls(db, path, identity, state, writable=True)
+        return cls(db, path, _upgrade_schema(db, identity), state, writable=True)
 
     @classmethod
     def open_secondary(cls, path: Path) -> DedupStore:
@@ -275,10 +294,10 @@ class DedupStore:
                     "restore it from a snapshot or rebuild it from the output topic",
                 )
             else:
-                if identity.schema_version != SCHEMA_VERSION:
+                if identity.schema_version not in READABLE_SCHEMA_VERSIONS:
                     problem = StoreVersionError(
                         f"store {path} has schema version {identity.schema_version}; "
-                        f"this dedupectl reads version {SCHEMA_VERSION}",
+                        f"this dedupectl reads versions {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}",
                         "use the dedupectl release that wrote it, or move the directory aside and let the worker's "
                         "recovery rebuild the store from the output topic",
                     )
@@ -442,7 +461,8 @@ class DedupStore:
             for index in sorted(range(count), key=keys.__getitem__):
                 put(keys[index], values[index], ids_handle)
             put(encode_marker(False, first + count - 1), b"", ids_handle)
-            put(encode_seq(first), encode_times(timestamps_ms), self._times_handle)
+            # the batch's digests let reconcile check a stretch of output against it without a lookup per id
+            put(encode_seq(first), encode_times(timestamps_ms, batch_digests(keys)), self._times_handle)
         new_state = StoreState(
             next_seq=first + count,
             first_live_seq=state.first_live_seq,
@@ -469,10 +489,31 @@ class DedupStore:
                 batch.delete(key, self._ids_handle)
                 removed.append(int.from_bytes(value, "big"))
         if removed:
+            self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
             if self._seq_view is not None:
                 self._seq_view.remove(removed)
         return len(removed)
+
+    def _drop_digests(self, seqs: list[int], batch: WriteBatch) -> None:
+        """Rewrite the ``times`` values of the batches holding ``seqs`` (sorted) without their digests: those
+        batches no longer hold every id they recorded, so only a lookup per id can check them."""
+        it = self._times.iter()
+        try:
+            index = 0
+            while index < len(seqs):
+                it.seek_for_prev(encode_seq(seqs[index]))
+                if not it.valid():
+                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {seqs[index]}")
+                first, value = decode_seq(it.key()), it.value()
+                stripped = without_digests(value)
+                if stripped is not value:
+                    batch.put(it.key(), stripped, self._times_handle)
+                end = first + times_count(value)
+                while index < len(seqs) and seqs[index] < end:
+                    index += 1
+        finally:
+            del it
 
     def write_state(self, state: StoreState, batch: WriteBatch | None = None) -> None:
         """Persist ``state`` (optionally inside a caller's batch, which this then writes)."""

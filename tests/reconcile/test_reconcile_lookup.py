@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from reconcile.lookup import Prefetcher, look_up, look_up_group
+from reconcile import lookup
+from reconcile.lookup import SPOT_CHECK_STRIDE, Prefetcher, look_up, look_up_group, run_by_digests
+from store.codec import CF_IDS, CF_TIMES, DIGEST_CHUNK, decode_id, encode_ids, encode_seq, without_digests
 from store.dedup_store import DedupStore
 
 
@@ -59,3 +61,64 @@ def test_runs_absences_and_reorderings(tmp_path):
         assert aged.run_start is None
         assert aged.per_batch(store)[0].seqs == [None, None, 20, 21]
         assert look_up_group(store, [ids[20:22]]).run_start == 20
+
+
+def test_a_stretch_of_output_is_checked_by_the_batch_digests(tmp_path):
+    ids = [f"ajs-{i:032x}".encode() for i in range(300)]
+    keys = encode_ids(ids)
+    with DedupStore.open(tmp_path / "in-0", topic="in", partition=0) as store:
+        for start in range(0, 300, 50):
+            store.record(ids[start : start + 50], [1] * 50)
+        assert run_by_digests(store, keys) == 0
+        assert run_by_digests(store, keys[30:170]) == 30  # batches cut at both edges: those ids looked up
+        assert run_by_digests(store, keys[100:150]) == 100
+        assert look_up_group(store, [ids[0:120], ids[120:200]]).run_start == 0
+        assert run_by_digests(store, []) is None
+
+        swapped = [*keys[:55], keys[56], keys[55], *keys[57:100]]
+        assert run_by_digests(store, swapped) is None
+        assert look_up_group(store, [[decode_id(key) for key in swapped]]).run_start == 0  # the lookups agree
+        assert run_by_digests(store, [*keys[50:100], keys[60]]) is None  # a repeat
+        assert run_by_digests(store, [*keys[:70], encode_ids([b"never"])[0], *keys[71:100]]) is None
+        assert run_by_digests(store, keys[::-1]) is None
+
+        # a batch without digests (a schema-2 store) is checked id by id
+        times = store.family(CF_TIMES)
+        times[encode_seq(50)] = without_digests(times[encode_seq(50)])
+        assert run_by_digests(store, keys[40:120]) == 40
+
+        store.forget_many([ids[10]])  # its batch loses its digests; the lookups find the gap
+        assert run_by_digests(store, keys[0:50]) is None
+
+        store.write_state(replace(store.state, first_live_seq=100))  # aged: nothing below the cut is a run
+        assert run_by_digests(store, keys[50:150]) is None
+        assert run_by_digests(store, keys[100:150]) == 100
+
+
+def test_groups_cut_anywhere_in_large_batches_check_by_chunks(tmp_path, monkeypatch):
+    ids = [f"ajs-{i:032x}".encode() for i in range(3 * DIGEST_CHUNK + 100)]
+    keys = encode_ids(ids)
+    looked_up: list[int] = []
+    multi_get = lookup._multi_get
+    monkeypatch.setattr(
+        lookup, "_multi_get", lambda store, wanted: looked_up.append(len(wanted)) or multi_get(store, wanted)
+    )
+    with DedupStore.open(tmp_path / "in-0", topic="in", partition=0) as store:
+        store.record(ids[:10], [1] * 10)
+        store.record(ids[10:], [2] * (len(ids) - 10))  # one batch of 3 chunks and a short one
+        start, stop = 10 + DIGEST_CHUNK // 2, 10 + 2 * DIGEST_CHUNK + 3
+        looked_up.clear()
+        assert run_by_digests(store, keys[start:stop]) == start
+        # one multi-get: the two part-chunks at the edges and the spot checks; the chunk between is hashed
+        edges = (10 + DIGEST_CHUNK - start) + 3
+        assert len(looked_up) == 1 and edges <= looked_up[0] < edges + 8
+        changed = list(keys[start:stop])
+        changed[DIGEST_CHUNK] = keys[0]  # inside the whole chunk: only its digest can tell
+        assert run_by_digests(store, changed) is None
+
+        # ids lost from the ids family behind the digests' back (say a dropped file): the spot check sees it
+        family = store.family(CF_IDS)
+        for key in keys[600 : 600 + SPOT_CHECK_STRIDE]:
+            del family[key]
+        assert run_by_digests(store, keys[10:]) is None
+        assert look_up_group(store, [ids[10:]]).run_start is None

@@ -1,4 +1,5 @@
-"""The schema-2 byte layout: ids packed exactly (never hashed), sequence values and timestamps compact."""
+"""The schema-3 byte layout: ids packed exactly (never hashed), sequence values and timestamps compact, batch
+digests that tell batches apart."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import pytest
 
 from store.codec import (
     AJS_PREFIX,
+    DIGEST_BYTES,
+    DIGEST_CHUNK,
+    batch_digests,
+    chunk_digest,
     decode_id,
     decode_seq_value,
     decode_times,
@@ -18,6 +23,8 @@ from store.codec import (
     encode_times,
     times_at,
     times_count,
+    times_digests,
+    without_digests,
 )
 
 
@@ -111,3 +118,32 @@ def test_timestamps_are_read_by_index_without_decoding_the_batch():
     value = encode_times(stamps)
     assert times_at(value, [0, 1, 57, 99]) == [stamps[0], stamps[1], stamps[57], stamps[99]]
     assert times_at(value, list(range(100))) == stamps
+
+
+@pytest.mark.parametrize("count", [1, 4, DIGEST_CHUNK, DIGEST_CHUNK + 1, 3 * DIGEST_CHUNK + 7])
+def test_digests_ride_along_without_changing_the_timestamps(count):
+    rng = random.Random(count)
+    stamps = [1_700_000_000_000 + rng.randrange(-5, 2**33) for _ in range(count)]
+    keys = encode_ids([f"id-{n}".encode() for n in range(count)])
+    digests = batch_digests(keys)
+    assert len(digests) == -(-count // DIGEST_CHUNK) * DIGEST_BYTES
+    assert digests[:DIGEST_BYTES] == chunk_digest(keys[:DIGEST_CHUNK])
+    value = encode_times(stamps, digests)
+    assert decode_times(value) == stamps and times_count(value) == count
+    assert times_at(value, [0, count - 1]) == [stamps[0], stamps[-1]]
+    assert times_digests(value) == digests and times_digests(encode_times(stamps)) is None
+    assert without_digests(value) == encode_times(stamps)
+    with pytest.raises(ValueError, match="digests of 16 bytes"):
+        encode_times(stamps, digests + b"x")
+
+
+def test_chunk_digests_tell_apart_order_content_and_how_keys_are_cut():
+    rng = random.Random(9)
+    keys = encode_ids([_ajs(rng) for _ in range(100)])
+    digest = chunk_digest(keys)
+    assert len(digest) == DIGEST_BYTES and chunk_digest(list(keys)) == digest
+    assert chunk_digest(keys[::-1]) != digest
+    assert chunk_digest(keys[:-1]) != digest
+    assert chunk_digest([*keys[:-1], keys[0]]) != digest
+    # the same bytes cut differently are different runs (raw ids have any length)
+    assert chunk_digest([b"\x03ab", b"\x03c"]) != chunk_digest([b"\x03a", b"\x03bc"])

@@ -1,0 +1,72 @@
+"""Batch digests: every recorded batch carries one, a batch that loses ids loses it, and a schema-2 store (no
+digests) still opens, marked schema 3 once opened for writing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rocksdict import Rdict
+
+from dedupectl.errors import StoreVersionError
+from store.codec import CF_META, CF_TIMES, META_IDENTITY, batch_digests, decode_seq, encode_ids, times_digests
+from store.dedup_store import DedupStore
+from store.options import store_options
+
+
+def _ids(start: int, stop: int) -> list[bytes]:
+    return [f"ajs-{n:032x}".encode() for n in range(start, stop)]
+
+
+def _digests(store: DedupStore) -> dict[int, bytes | None]:
+    return {decode_seq(key): times_digests(value) for key, value in store.family(CF_TIMES).items()}
+
+
+def _set_schema(path, version: int) -> None:
+    options, families = store_options(create=False)
+    db = Rdict(str(path), options=options, column_families=families)
+    try:
+        meta = db.get_column_family(CF_META)
+        identity = json.loads(meta[META_IDENTITY])
+        identity["schema_version"] = version
+        meta[META_IDENTITY] = json.dumps(identity).encode()
+        del meta
+    finally:
+        db.close()
+
+
+def test_each_batch_has_the_digests_of_its_keys_until_it_loses_an_id(tmp_path):
+    with DedupStore.open(tmp_path / "in-0", topic="in", partition=0) as store:
+        store.record(_ids(0, 10), [1] * 10)
+        store.record(_ids(10, 15), [2] * 5)
+        store.record(_ids(15, 30), [3] * 15)
+        assert _digests(store) == {
+            0: batch_digests(encode_ids(_ids(0, 10))),
+            10: batch_digests(encode_ids(_ids(10, 15))),
+            15: batch_digests(encode_ids(_ids(15, 30))),
+        }
+        assert store.forget_many([_ids(12, 13)[0], _ids(20, 21)[0], b"never-recorded"]) == 2
+        digests = _digests(store)
+        assert digests[0] is not None and digests[10] is None and digests[15] is None
+        assert store.timestamps([0, 12, 29]) == [1, 2, 3]  # the timestamps stay
+
+
+def test_a_schema_2_store_opens_and_is_marked_3_when_written(tmp_path):
+    path = tmp_path / "in-0"
+    with DedupStore.open(path, topic="in", partition=0) as store:
+        store.record(_ids(0, 5), [1] * 5)
+    _set_schema(path, 2)
+    with DedupStore.open_secondary(path) as reader:  # read-only: left as it is
+        assert reader.identity.schema_version == 2 and reader.contains_many(_ids(0, 6)) == [True] * 5 + [False]
+    with DedupStore.open(path, topic="in", partition=0) as store:
+        assert store.identity.schema_version == 3
+    with DedupStore.open_existing(path) as store:
+        assert store.identity.schema_version == 3
+
+
+def test_a_newer_schema_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "in-0"
+    DedupStore.open(path, topic="in", partition=0).close()
+    _set_schema(path, 4)
+    with pytest.raises(StoreVersionError, match="schema version 4; this dedupectl reads versions 2, 3"):
+        DedupStore.open_existing(path)
