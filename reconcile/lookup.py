@@ -6,10 +6,10 @@ batch's ``times`` value). So a group is first checked against those digests: the
 where the group starts, each 512-id chunk the group covers whole must have the digest of the group's keys
 at its places, the chunks covered in part at the group's two edges are looked up id by id, and so is every
 256th id (a spot check of the ``ids`` family itself: any stretch of 256 or more ids missing from it, say a
-lost file, is caught). That costs ~0.5 us per id instead of ~4.6 (a present id's lookup reads and searches a
-data block). Anything else (a repeat, an absence, a batch without digests, a reordering) fails the check and
-takes the lookups below, which give the exact answer. Two different chunks share a digest with probability
-2^-128.
+lost file, is caught). That costs ~0.65 us of CPU per id instead of ~4 (a present id's lookup reads and
+searches a data block; bench_reconcile measures both). Anything else (a repeat, an absence, a batch without
+digests, a reordering) fails the check and takes the lookups below, which give the exact answer. Two
+different chunks share a digest with probability 2^-128.
 
 **by lookups otherwise.** Each output record's id is looked up in the store. Nearly every id is present, and
 a present id costs far more than an absent one (the bloom filter answers for those): its 16 KiB data block

@@ -503,13 +503,13 @@ class DedupStore:
             index = 0
             while index < len(seqs):
                 it.seek_for_prev(encode_seq(seqs[index]))
-                if not it.valid():
+                first, value = (decode_seq(it.key()), it.value()) if it.valid() else (0, None)
+                end = first + times_count(value) if value is not None else 0
+                if seqs[index] >= end:
                     raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {seqs[index]}")
-                first, value = decode_seq(it.key()), it.value()
                 stripped = without_digests(value)
                 if stripped is not value:
                     batch.put(it.key(), stripped, self._times_handle)
-                end = first + times_count(value)
                 while index < len(seqs) and seqs[index] < end:
                     index += 1
         finally:
