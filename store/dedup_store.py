@@ -77,15 +77,20 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
         meta.close()
 
 
+def _put_meta(db: Rdict, values: dict[bytes, bytes]) -> None:
+    """Write ``values`` into the meta family in one write; the handle is dropped so it cannot pin the DB."""
+    batch = WriteBatch(raw_mode=True)
+    handle = db.get_column_family_handle(CF_META)
+    for key, value in values.items():
+        batch.put(key, value, handle)
+    db.write(batch)
+    del handle
+
+
 def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity, StoreState]:
     """Give a new database its identity and an empty state, in one write."""
     state = StoreState()
-    batch = WriteBatch(raw_mode=True)
-    handle = db.get_column_family_handle(CF_META)
-    batch.put(META_IDENTITY, encode_identity(identity), handle)
-    batch.put(META_STATE, encode_state(state), handle)
-    db.write(batch)
-    del handle
+    _put_meta(db, {META_IDENTITY: encode_identity(identity), META_STATE: encode_state(state)})
     return identity, state
 
 
@@ -95,11 +100,7 @@ def _upgrade_schema(db: Rdict, identity: StoreIdentity) -> StoreIdentity:
     if identity.schema_version == SCHEMA_VERSION:
         return identity
     upgraded = replace(identity, schema_version=SCHEMA_VERSION)
-    handle = db.get_column_family_handle(CF_META)
-    batch = WriteBatch(raw_mode=True)
-    batch.put(META_IDENTITY, encode_identity(upgraded), handle)
-    db.write(batch)
-    del handle
+    _put_meta(db, {META_IDENTITY: encode_identity(upgraded)})
     return upgraded
 
 
@@ -358,25 +359,32 @@ class DedupStore:
     def timestamps(self, seqs: Sequence[int]) -> list[int]:
         """The record timestamp (ms) of each recorded sequence number, from ``times`` (one seek per batch of
         consecutive numbers asked for: pass them sorted)."""
-        wanted = list(seqs)
         found: list[int] = []
+        for _, first, value, held in self._times_batches(list(seqs)):
+            found += times_at(value, [seq - first for seq in held])
+        return found
+
+    def _times_batches(self, seqs: list[int]) -> Iterator[tuple[bytes, int, bytes, list[int]]]:
+        """For ``seqs`` (sorted), each ``times`` batch holding some of them, one seek per batch: its key, its
+        first sequence number, its value and the numbers of ``seqs`` it holds."""
         it = self._times.iter()
         try:
             start = 0
-            while start < len(wanted):
-                it.seek_for_prev(encode_seq(wanted[start]))
-                first = decode_seq(it.key()) if it.valid() else None
-                value = it.value() if first is not None else b""
+            while start < len(seqs):
+                it.seek_for_prev(encode_seq(seqs[start]))
                 end = start
-                while first is not None and end < len(wanted) and first <= wanted[end] < first + times_count(value):
-                    end += 1
+                if it.valid():
+                    key, value = it.key(), it.value()
+                    first = decode_seq(key)
+                    stop = first + times_count(value)
+                    while end < len(seqs) and first <= seqs[end] < stop:
+                        end += 1
                 if end == start:
-                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {wanted[start]}")
-                found += times_at(value, [seq - first for seq in wanted[start:end]])
+                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {seqs[start]}")
+                yield key, first, value, seqs[start:end]
                 start = end
         finally:
             del it
-        return found
 
     def iter_by_seq(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
         """``(seq, messageId)`` of live ids in sequence (publication) order, ``from_seq`` inclusive to
@@ -498,22 +506,10 @@ class DedupStore:
     def _drop_digests(self, seqs: list[int], batch: WriteBatch) -> None:
         """Rewrite the ``times`` values of the batches holding ``seqs`` (sorted) without their digests: those
         batches no longer hold every id they recorded, so only a lookup per id can check them."""
-        it = self._times.iter()
-        try:
-            index = 0
-            while index < len(seqs):
-                it.seek_for_prev(encode_seq(seqs[index]))
-                first, value = (decode_seq(it.key()), it.value()) if it.valid() else (0, None)
-                end = first + times_count(value) if value is not None else 0
-                if seqs[index] >= end:
-                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {seqs[index]}")
-                stripped = without_digests(value)
-                if stripped is not value:
-                    batch.put(it.key(), stripped, self._times_handle)
-                while index < len(seqs) and seqs[index] < end:
-                    index += 1
-        finally:
-            del it
+        for key, _, value, _ in self._times_batches(seqs):
+            stripped = without_digests(value)
+            if stripped is not value:
+                batch.put(key, stripped, self._times_handle)
 
     def write_state(self, state: StoreState, batch: WriteBatch | None = None) -> None:
         """Persist ``state`` (optionally inside a caller's batch, which this then writes)."""
