@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import operator
 import os
-from array import array
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import islice, pairwise, repeat
+from itertools import islice, pairwise
 from pathlib import Path
 
+import numpy as np
 from rocksdict import IngestExternalFileOptions, SstFileWriter
 
 from dedupectl.errors import StoreCorruptError
@@ -36,11 +36,12 @@ from store.codec import (
     CF_TIMES,
     StoreState,
     batch_digests,
+    batch_digests_joined,
     encode_ids,
     encode_marker,
     encode_seq,
-    encode_seq_values,
     encode_times,
+    seq_width,
 )
 from store.dedup_store import DedupStore
 from store.options import store_options
@@ -51,7 +52,6 @@ from store.options import store_options
 # per id against 0.92 at level 3 for 22.6 bytes per id against 22.3 (500k ajs- ids, measured back to back).
 # The family's own level applies again whenever FIFO merges them.
 BULK_ZSTD_LEVEL = 1
-_UNFILLED = array("q", [-(1 << 63)])  # no timestamp is this
 
 
 @dataclass(frozen=True)
@@ -99,24 +99,24 @@ def write_bucket(
     whole id count (the last bucket and batch may be short). Every sequence number of the bucket must be
     present exactly once.
     """
-    first_seq = bucket * layout.bucket_ids
-    places = list(map(operator.sub, seqs, repeat(first_seq, len(seqs))))
+    places = np.asarray(seqs, dtype=np.int64) - bucket * layout.bucket_ids
     return write_bucket_places(directory, bucket, places, ids, timestamps_ms, total_ids, layout)
 
 
 def write_bucket_places(
     directory: Path,
     bucket: int,
-    places: Sequence[int],
+    places: Sequence[int] | np.ndarray,
     ids: Sequence[bytes],
-    timestamps_ms: Sequence[int],
+    timestamps_ms: Sequence[int] | np.ndarray,
     total_ids: int,
     layout: LoadLayout = DEFAULT_LAYOUT,
 ) -> BucketFiles:
     """``write_bucket`` with each id's place in the bucket (its sequence number minus the bucket's first).
 
-    Every step over the ids runs in C (``map``, ``sorted``, the codec's batch packing): a Python-level step
-    per id would cost about as much as RocksDB's own work for it (0.6-1 us per id, measured on 2 shared cores).
+    The ids come in key order and the ``times`` family wants them in sequence order: that permutation, the
+    checks and the values run as numpy array operations. A Python-level step per id costs 0.1-0.3 us (a
+    random store into a 500k-slot list or array misses the cache), as much as RocksDB's own work for the id.
     """
     first_seq = bucket * layout.bucket_ids
     count = min(layout.bucket_ids, total_ids - first_seq)
@@ -124,16 +124,11 @@ def write_bucket_places(
         raise ValueError(f"bucket {bucket} is past the last of {total_ids} ids")
     if not len(places) == len(ids) == len(timestamps_ms) == count:
         raise StoreCorruptError(f"bucket {bucket} got {len(ids)} ids for {count} sequence numbers")
+    places = np.asarray(places, dtype=np.int64)
+    stamps_by_row = np.asarray(timestamps_ms, dtype=np.int64)
     span = f"{first_seq}..{first_seq + count - 1}"
-    # The timestamps in sequence order, for the times family. count places, each in range, every slot
-    # filled: each sequence number exactly once (a negative place wraps around and leaves a slot unfilled).
-    stamps = array("q", _UNFILLED) * count
-    try:
-        deque(map(stamps.__setitem__, places, timestamps_ms), maxlen=0)
-    except IndexError:
-        raise StoreCorruptError(f"bucket {bucket} got sequence numbers outside {span}") from None
-    if _UNFILLED[0] in stamps:
-        raise StoreCorruptError(f"bucket {bucket} lacks some of sequence numbers {span}")
+    if places.min() < 0 or places.max() >= count:
+        raise StoreCorruptError(f"bucket {bucket} got sequence numbers outside {span}")
 
     # An SST file takes its keys in ascending byte order. Rows sorted by id (Spark sorts bytes as RocksDB
     # does) give sorted keys when the bucket holds one shape of id; else sort here (sorted runs cost little).
@@ -141,11 +136,13 @@ def write_bucket_places(
     if not all(map(operator.lt, keys, islice(keys, 1, None))):
         order = sorted(range(count), key=keys.__getitem__)
         keys = list(map(keys.__getitem__, order))
-        places = list(map(places.__getitem__, order))
+        places, stamps_by_row = places[order], stamps_by_row[order]
+    # each sequence number exactly once: the row holding each place, no slot left unfilled
+    row_of_place = np.full(count, -1, dtype=np.int64)
+    row_of_place[places] = np.arange(count)
+    if (row_of_place < 0).any():
+        raise StoreCorruptError(f"bucket {bucket} lacks some of sequence numbers {span}")
     batch_starts = range(first_seq, first_seq + count, layout.batch_ids)
-    seq_values: list[bytes] = []  # the ids values in sequence order: each as wide as its batch's last needs
-    for batch_first in batch_starts:
-        seq_values += encode_seq_values(batch_first, min(layout.batch_ids, first_seq + count - batch_first))
 
     _, families = store_options(create=True)
     directory.mkdir(parents=True, exist_ok=True)
@@ -159,7 +156,7 @@ def write_bucket_places(
     for batch_first in batch_starts:  # the markers first: 0x00 sorts before every id key (see codec)
         put(encode_marker(True, batch_first), b"")
     try:
-        deque(map(put, keys, map(seq_values.__getitem__, places)), maxlen=0)
+        deque(map(put, keys, _seq_values(places, first_seq, count, layout.batch_ids)), maxlen=0)
     except Exception as error:  # RocksDB refuses a key equal to the one before (its message is not ours)
         duplicate = next((a for a, b in pairwise(keys) if a == b), None)
         if duplicate is not None:
@@ -169,17 +166,40 @@ def write_bucket_places(
         put(encode_marker(False, min(batch_first + layout.batch_ids, first_seq + count) - 1), b"")
     writer.finish()
 
-    # each batch's digests are of its keys in sequence order, as record() makes them (reconcile compares by them)
-    in_seq_order: list[bytes] = [b""] * count
-    deque(map(in_seq_order.__setitem__, places, keys), maxlen=0)
+    # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
+    stamps = stamps_by_row[row_of_place]
+    digests_of = _digests_in_seq_order(keys, row_of_place)
     times = SstFileWriter(options=families[CF_TIMES])
     times.open(str(times_path))
     for batch_first in batch_starts:
-        offset = batch_first - first_seq
-        digests = batch_digests(in_seq_order[offset : offset + layout.batch_ids])
-        times[encode_seq(batch_first)] = encode_times(stamps[offset : offset + layout.batch_ids].tolist(), digests)
+        batch = slice(batch_first - first_seq, batch_first - first_seq + layout.batch_ids)
+        times[encode_seq(batch_first)] = encode_times(stamps[batch].tolist(), digests_of(batch))
     times.finish()
     return BucketFiles(bucket, first_seq, count, ids_path, times_path)
+
+
+def _seq_values(places: np.ndarray, first_seq: int, count: int, batch_ids: int) -> list[bytes]:
+    """The ``ids`` value of each row: its sequence number big-endian, as wide as its batch's last needs
+    (``codec.encode_seq_values``, which ``record`` uses)."""
+    widths = [seq_width(first_seq + min(start + batch_ids, count) - 1) for start in range(0, count, batch_ids)]
+    seqs = places + first_seq
+    if len(set(widths)) > 1:  # a bucket whose batches straddle 2^8, 2^16, ...: one call per id
+        return list(map(int.to_bytes, seqs.tolist(), np.asarray(widths)[places // batch_ids].tolist()))
+    width = widths[0]
+    big_endian = seqs.astype(">u8").view(np.uint8).reshape(-1, 8)
+    return np.ascontiguousarray(big_endian[:, 8 - width :]).view(f"V{width}").ravel().tolist()
+
+
+def _digests_in_seq_order(keys: list[bytes], row_of_place: np.ndarray) -> Callable[[slice], bytes]:
+    """``batch_digests`` of the keys at a slice of places. Keys of one length (every ``ajs-`` or UUID key)
+    are reordered as one array; others one by one."""
+    lengths = set(map(len, keys))
+    if len(lengths) == 1:
+        (key_bytes,) = lengths
+        in_order = np.frombuffer(b"".join(keys), dtype=f"V{key_bytes}")[row_of_place]
+        return lambda batch: batch_digests_joined(in_order[batch].tobytes(), key_bytes)
+    in_seq_order = list(map(keys.__getitem__, row_of_place.tolist()))
+    return lambda batch: batch_digests(in_seq_order[batch])
 
 
 def ingest(

