@@ -101,10 +101,7 @@ _DELTAS_WITH_COUNT = _TIMES_HEAD.size + _TIMES_COUNT.size  # a digested value's 
 _FULL_DECODE_FROM = 8  # timestamps wanted from one batch before decoding all of it is cheaper
 _AJS = re.compile(rb"ajs-[0-9a-f]{32}")
 _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_HEX_DIGITS = b"0123456789abcdef"
-_AJS_TO_HEX = bytes.maketrans(b"js-", b"010")  # "ajs-" -> "a010" -> AJS_PREFIX
 _AJS_LEN = 36
-_AJS_STRIDE = _AJS_LEN + 1  # an id and its separator
 _AJS_KEY_LEN = 18
 # Ids packed per pass: 500k ajs- ids cost 0.39 us each in one pass, 0.17 in blocks of 4,096 (measured)
 ENCODE_BLOCK = 4096
@@ -163,18 +160,22 @@ def encode_ids(message_ids: Sequence[bytes]) -> list[bytes]:
 
 def _encode_ajs_batch(message_ids: Sequence[bytes], n: int) -> list[bytes] | None:
     # Checked in bulk so the whole batch costs a handful of C calls (about 0.1 us per id instead of 0.8).
-    # Joined with newlines, the batch is n valid ids exactly when: every 37th byte from the 36th is the
-    # separator, each id starts with "ajs-", and the only bytes that are not lowercase hex digits are those
-    # prefixes and separators (so no id holds a newline, and every id is 36 bytes). Any doubt falls back to
-    # the per-id path.
-    blob = b"\n".join(message_ids)
-    if len(blob) != _AJS_STRIDE * n - 1 or blob[_AJS_LEN::_AJS_STRIDE] != b"\n" * (n - 1):
+    # End to end, the batch is n valid ids exactly when: every id is 36 bytes (the longest is, and they add up
+    # to 36 n), each starts with "ajs-", no byte is an uppercase hex digit, and what follows each prefix is
+    # hex digits (unhexlify refuses anything else). Any doubt falls back to the per-id path.
+    blob = b"".join(message_ids)
+    if len(blob) != _AJS_LEN * n or max(map(len, message_ids)) != _AJS_LEN:
         return None
-    if blob[0::_AJS_STRIDE] != b"a" * n or blob[1::_AJS_STRIDE] != b"j" * n or blob[2::_AJS_STRIDE] != b"s" * n:
+    if blob[0::_AJS_LEN] != b"a" * n or blob[1::_AJS_LEN] != b"j" * n or blob[2::_AJS_LEN] != b"s" * n:
         return None
-    if blob[3::_AJS_STRIDE] != b"-" * n or blob.translate(None, _HEX_DIGITS) != b"js-\n" * (n - 1) + b"js-":
+    if blob[3::_AJS_LEN] != b"-" * n or any(digit in blob for digit in b"ABCDEF"):  # each a memchr
         return None
-    packed = binascii.unhexlify(blob.translate(_AJS_TO_HEX, b"\n"))
+    digits = bytearray(blob)  # "ajs-" read as hex with j, s, - as 0, 1, 0: AJS_PREFIX
+    digits[1::_AJS_LEN], digits[2::_AJS_LEN], digits[3::_AJS_LEN] = b"0" * n, b"1" * n, b"0" * n
+    try:
+        packed = binascii.unhexlify(digits)
+    except binascii.Error:
+        return None
     splitter = _AJS_SPLITTERS.get(n)
     if splitter is None:
         if len(_AJS_SPLITTERS) >= _SPLITTERS_KEPT:

@@ -78,6 +78,9 @@ def test_ids_that_differ_only_in_case_never_share_a_key():
         [b"ajs-" + b"0" * 32 + b"\najs-" + b"0" * 27, b"0000"],
         [b"ajs-" + b"0" * 31 + b"\n", b"ajs-" + b"0" * 32],
         [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 31 + b"j"],
+        [b"ajs-" + b"0" * 31, b"ajs-" + b"0" * 33],  # 72 bytes end to end, as two valid ids would be
+        [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 31 + b"A"],  # uppercase would share the lowercase id's key
+        [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 30 + b"\n0"],
     ],
 )
 def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
