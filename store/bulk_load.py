@@ -34,13 +34,14 @@ from dedupectl.errors import StoreCorruptError
 from store.codec import (
     CF_IDS,
     CF_TIMES,
+    DELTA_WIDTHS,
     StoreState,
     batch_digests,
     batch_digests_joined,
     encode_ids,
     encode_marker,
     encode_seq,
-    encode_times,
+    pack_times,
     seq_width,
 )
 from store.dedup_store import DedupStore
@@ -173,9 +174,20 @@ def write_bucket_places(
     times.open(str(times_path))
     for batch_first in batch_starts:
         batch = slice(batch_first - first_seq, batch_first - first_seq + layout.batch_ids)
-        times[encode_seq(batch_first)] = encode_times(stamps[batch].tolist(), digests_of(batch))
+        times[encode_seq(batch_first)] = _times_value(stamps[batch], digests_of(batch))
     times.finish()
     return BucketFiles(bucket, first_seq, count, ids_path, times_path)
+
+
+def _times_value(stamps: np.ndarray, digests: bytes) -> bytes:
+    """``codec.encode_times(stamps, digests)``, its deltas computed and packed as one array."""
+    stamps = np.maximum(stamps, 0)  # a negative timestamp is read as 0
+    deltas = np.diff(stamps)
+    for width in DELTA_WIDTHS:
+        bound = 1 << (8 * width - 1)
+        if not deltas.size or (deltas.min() >= -bound and deltas.max() < bound):
+            return pack_times(int(stamps[0]), width, deltas.astype(f">i{width}").tobytes(), len(stamps), digests)
+    raise ValueError("a timestamp delta does not fit in 8 bytes")
 
 
 def _seq_values(places: np.ndarray, first_seq: int, count: int, batch_ids: int) -> list[bytes]:

@@ -90,6 +90,7 @@ _SEQ_KEY = struct.Struct(">Q")
 _STATE = struct.Struct(">QQqq")
 _TIMES_HEAD = struct.Struct(">Bq")
 _DELTA_CODES = {2: "h", 4: "i", 8: "q"}
+DELTA_WIDTHS = tuple(_DELTA_CODES)  # bytes per timestamp delta, narrowest first
 TIMES_DIGEST_FLAG = 0x80
 DIGEST_BYTES = 16
 # Ids per digest: reconcile checks a partly covered chunk (at the edges of what it reads) id by id, so chunks
@@ -267,20 +268,24 @@ def encode_times(timestamps_ms: Sequence[int], digests: bytes | None = None) -> 
     delta allows; with ``digests`` (``batch_digests`` of the batch's keys) the count, and the digests last."""
     stamps = timestamps_ms if min(timestamps_ms) >= 0 else [max(stamp, 0) for stamp in timestamps_ms]
     deltas = list(map(sub, islice(stamps, 1, None), stamps))  # C-level: the worker encodes every batch
-    if digests is None:
-        flag, count, tail = 0, b"", b""
-    else:
-        wanted = digest_count(len(stamps))
-        if len(digests) != wanted * DIGEST_BYTES:
-            raise ValueError(f"{len(stamps)} timestamps need {wanted} digests of {DIGEST_BYTES} bytes")
-        flag, count, tail = TIMES_DIGEST_FLAG, _TIMES_COUNT.pack(len(stamps)), digests
-    for width in (2, 4, 8):  # struct range-checks each delta as it packs: cheaper than finding the widest first
+    for width in DELTA_WIDTHS:  # struct range-checks each delta as it packs: cheaper than finding the widest first
         try:
             body = struct.pack(f">{len(deltas)}{_DELTA_CODES[width]}", *deltas)
         except struct.error:
             continue
-        return _TIMES_HEAD.pack(width | flag, stamps[0]) + count + body + tail
+        return pack_times(stamps[0], width, body, len(stamps), digests)
     raise ValueError("a timestamp delta does not fit in 8 bytes")
+
+
+def pack_times(first: int, width: int, deltas: bytes, count: int, digests: bytes | None = None) -> bytes:
+    """A ``times`` value from its parts: the first of ``count`` timestamps (not negative), the deltas of the
+    others packed big-endian ``width`` bytes each (one of ``DELTA_WIDTHS``), and the digests if any."""
+    if digests is None:
+        return _TIMES_HEAD.pack(width, first) + deltas
+    wanted = digest_count(count)
+    if len(digests) != wanted * DIGEST_BYTES:
+        raise ValueError(f"{count} timestamps need {wanted} digests of {DIGEST_BYTES} bytes")
+    return _TIMES_HEAD.pack(width | TIMES_DIGEST_FLAG, first) + _TIMES_COUNT.pack(count) + deltas + digests
 
 
 def _times_layout(value: bytes) -> tuple[int, int, int, int]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from dedupectl.errors import StoreCorruptError
 from store.aging import AgingPolicy, age_step
-from store.bulk_load import LoadLayout, ingest, write_bucket
-from store.codec import CF_TIMES, StoreState, batch_digests, encode_ids, times_digests
+from store.bulk_load import LoadLayout, _times_value, ingest, write_bucket
+from store.codec import CF_TIMES, StoreState, batch_digests, encode_ids, encode_times, times_digests
 from store.dedup_store import DedupStore
 from store.footprint import ids_files
 
@@ -78,3 +79,16 @@ def test_bulk_load_refuses_incomplete_or_doubled_input(tmp_path):
     files = write_bucket(tmp_path / "ok", 0, list(range(10)), ids, [0] * 10, 10, LAYOUT)
     with pytest.raises(StoreCorruptError, match="holds 10 ids, the state says 11"):
         ingest(tmp_path / "store", topic="t", partition=0, buckets=[files], state=StoreState(next_seq=11))
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        [1_790_000_000_000],
+        [1_790_000_000_000 + 7 * n for n in range(600)],  # 2-byte deltas, two digests
+        [0, 40_000, -5, 1 << 40, 3],  # 4- and 8-byte deltas, a negative timestamp read as 0
+    ],
+)
+def test_bulk_times_values_are_those_record_writes(stamps):
+    digests = batch_digests(encode_ids([f"ajs-{n:032x}".encode() for n in range(len(stamps))]))
+    assert _times_value(np.asarray(stamps, dtype=np.int64), digests) == encode_times(stamps, digests)
