@@ -38,7 +38,7 @@ from store.codec import (
     StoreState,
     batch_digests,
     batch_digests_joined,
-    encode_ids,
+    encode_ids_end_to_end,
     encode_marker,
     encode_seq,
     pack_times,
@@ -133,10 +133,10 @@ def write_bucket_places(
 
     # An SST file takes its keys in ascending byte order. Rows sorted by id (Spark sorts bytes as RocksDB
     # does) give sorted keys when the bucket holds one shape of id; else sort here (sorted runs cost little).
-    keys = encode_ids(ids)
+    keys, end_to_end = encode_ids_end_to_end(ids)
     if not all(map(operator.lt, keys, islice(keys, 1, None))):
         order = sorted(range(count), key=keys.__getitem__)
-        keys = list(map(keys.__getitem__, order))
+        keys, end_to_end = list(map(keys.__getitem__, order)), None
         places, stamps_by_row = places[order], stamps_by_row[order]
     # each sequence number exactly once: the row holding each place, no slot left unfilled
     row_of_place = np.full(count, -1, dtype=np.int64)
@@ -169,7 +169,7 @@ def write_bucket_places(
 
     # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
     stamps = stamps_by_row[row_of_place]
-    digests_of = _digests_in_seq_order(keys, row_of_place)
+    digests_of = _digests_in_seq_order(keys, end_to_end, row_of_place)
     times = SstFileWriter(options=families[CF_TIMES])
     times.open(str(times_path))
     for batch_first in batch_starts:
@@ -202,13 +202,17 @@ def _seq_values(places: np.ndarray, first_seq: int, count: int, batch_ids: int) 
     return np.ascontiguousarray(big_endian[:, 8 - width :]).view(f"V{width}").ravel().tolist()
 
 
-def _digests_in_seq_order(keys: list[bytes], row_of_place: np.ndarray) -> Callable[[slice], bytes]:
+def _digests_in_seq_order(
+    keys: list[bytes], end_to_end: bytes | None, row_of_place: np.ndarray
+) -> Callable[[slice], bytes]:
     """``batch_digests`` of the keys at a slice of places. Keys of one length (every ``ajs-`` or UUID key)
-    are reordered as one array; others one by one."""
-    lengths = set(map(len, keys))
-    if len(lengths) == 1:
-        (key_bytes,) = lengths
-        in_order = np.frombuffer(b"".join(keys), dtype=f"V{key_bytes}")[row_of_place]
+    are reordered as one array (from ``end_to_end``, the keys' bytes as the codec packed them, when given);
+    others one by one."""
+    if end_to_end is None and len(set(map(len, keys))) == 1:
+        end_to_end = b"".join(keys)
+    if end_to_end is not None:
+        key_bytes = len(keys[0])
+        in_order = np.frombuffer(end_to_end, dtype=f"V{key_bytes}")[row_of_place]
         return lambda batch: batch_digests_joined(in_order[batch].tobytes(), key_bytes)
     in_seq_order = list(map(keys.__getitem__, row_of_place.tolist()))
     return lambda batch: batch_digests(in_seq_order[batch])

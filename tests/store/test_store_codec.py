@@ -21,6 +21,7 @@ from store.codec import (
     decode_times,
     encode_id,
     encode_ids,
+    encode_ids_end_to_end,
     encode_seq_values,
     encode_times,
     times_at,
@@ -86,6 +87,13 @@ def test_ids_that_differ_only_in_case_never_share_a_key():
 def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
     assert encode_ids(batch) == [encode_id(message_id) for message_id in batch]
     assert [decode_id(key) for key in encode_ids(batch)] == batch
+
+
+def test_keys_end_to_end_come_with_a_batch_of_ajs_ids_only():
+    ids = [f"ajs-{n:032x}".encode() for n in range(ENCODE_BLOCK + 3)]
+    keys, end_to_end = encode_ids_end_to_end(ids)
+    assert keys == encode_ids(ids) and end_to_end == b"".join(keys)
+    assert encode_ids_end_to_end([*ids, b"order:7"]) == ([*keys, encode_id(b"order:7")], None)
 
 
 def test_a_long_batch_is_packed_block_by_block_with_the_same_keys():
