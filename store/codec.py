@@ -164,6 +164,33 @@ def encode_ids_end_to_end(message_ids: Sequence[bytes]) -> tuple[list[bytes], by
     return keys, None if None in packed else b"".join(packed)
 
 
+def encode_fixed_ids_end_to_end(joined: bytes, width: int) -> tuple[list[bytes], bytes | None]:
+    """``encode_ids_end_to_end`` of ids all ``width`` bytes long, given end to end (the bulk load reads them
+    so: no id object is made when they are all ``ajs-`` ids)."""
+    if width <= 0 or len(joined) % width:
+        raise ValueError(f"{len(joined)} bytes are not ids of {width} bytes end to end")
+    blocks = _packed_ajs_blocks(joined) if width == _AJS_LEN else None
+    if blocks is None:  # not all ajs- ids: an object per id, the general path
+        return encode_ids_end_to_end([joined[start : start + width] for start in range(0, len(joined), width)])
+    keys: list[bytes] = []
+    for block in blocks:
+        keys += _ajs_splitter(len(block) // _AJS_KEY_LEN).unpack(block)
+    return keys, b"".join(blocks)
+
+
+def _packed_ajs_blocks(joined: bytes) -> list[bytes] | None:
+    """The keys of ``ajs-`` ids given end to end, packed a block at a time; None unless all are ``ajs-`` ids."""
+    blocks: list[bytes] = []
+    step = ENCODE_BLOCK * _AJS_LEN
+    for start in range(0, len(joined), step):
+        block = joined[start : start + step]
+        packed = _pack_ajs_joined(block, len(block) // _AJS_LEN)
+        if packed is None:
+            return None
+        blocks.append(packed)
+    return blocks
+
+
 def _encoded_blocks(message_ids: Sequence[bytes]) -> Iterator[tuple[list[bytes], bytes | None]]:
     """Keys a block at a time (the packing passes over a block several times: it stays in the CPU's cache),
     each with the block's keys end to end when it is all ``ajs-`` ids."""
@@ -187,6 +214,11 @@ def _pack_ajs_batch(message_ids: Sequence[bytes]) -> bytes | None:
     blob = b"".join(message_ids)
     if len(blob) != _AJS_LEN * n or max(map(len, message_ids)) != _AJS_LEN:
         return None
+    return _pack_ajs_joined(blob, n)
+
+
+def _pack_ajs_joined(blob: bytes, n: int) -> bytes | None:
+    """``_pack_ajs_batch`` of n ids of 36 bytes each, given end to end."""
     if blob[0::_AJS_LEN] != b"a" * n or blob[1::_AJS_LEN] != b"j" * n or blob[2::_AJS_LEN] != b"s" * n:
         return None
     if blob[3::_AJS_LEN] != b"-" * n or any(digit in blob for digit in b"ABCDEF"):  # each a memchr

@@ -40,26 +40,28 @@ def line(message_id: Column, place: Column, timestamp_ms: Column) -> Column:
     return F.concat(F.unhex(head), message_id).cast("string")
 
 
-def parse(chunks: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, list[bytes]]:
+def parse(chunks: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray | list[bytes]]:
     """Places and timestamps (int64 arrays) and ids of every line in ``chunks`` (whole lines each, as Spark
-    wrote them)."""
-    places: list[np.ndarray] = []
-    stamps: list[np.ndarray] = []
+    wrote them). The ids are a numpy array of byte strings (dtype ``V<length>``, no object per id) when every
+    line has the same length, else a list."""
+    parsed = [_parse_fixed(chunk) or _parse_each(chunk) for chunk in chunks if chunk]
+    places = _joined([rows[0] for rows in parsed])
+    stamps = _joined([rows[1] for rows in parsed])
+    columns = [rows[2] for rows in parsed]
+    dtypes = {column.dtype if isinstance(column, np.ndarray) else None for column in columns}
+    if len(dtypes) == 1 and None not in dtypes:
+        return places, stamps, np.concatenate(columns)
     ids: list[bytes] = []
-    for chunk in chunks:
-        if chunk:
-            rows = _parse_fixed(chunk) or _parse_each(chunk)
-            places.append(rows[0])
-            stamps.append(rows[1])
-            ids += rows[2]
-    return _joined(places), _joined(stamps), ids
+    for column in columns:
+        ids += column.tolist() if isinstance(column, np.ndarray) else column
+    return places, stamps, ids
 
 
 def _joined(columns: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(columns) if columns else np.empty(0, dtype=np.int64)
 
 
-def _parse_fixed(chunk: bytes) -> tuple[np.ndarray, np.ndarray, list[bytes]] | None:
+def _parse_fixed(chunk: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """All lines as long as the first: read as one numpy array of records, each line's length field and
     newline checked; None otherwise."""
     if len(chunk) < _HEAD.size:
@@ -73,7 +75,7 @@ def _parse_fixed(chunk: bytes) -> tuple[np.ndarray, np.ndarray, list[bytes]] | N
     rows = np.frombuffer(chunk, dtype=line)
     if not ((rows["length"] == length).all() and (rows["end"] == _NEWLINE).all()):
         return None
-    return rows["place"].astype(np.int64), rows["stamp"].astype(np.int64), rows["id"].tolist()
+    return rows["place"].astype(np.int64), rows["stamp"].astype(np.int64), rows["id"]
 
 
 def _parse_each(chunk: bytes) -> tuple[np.ndarray, np.ndarray, list[bytes]]:

@@ -43,8 +43,14 @@ def test_lines_of_one_length_unpack_at_once(spark_session, tmp_path):
     ids = [f"ajs-{n:032x}".encode() for n in range(50)]
     (chunk,) = _written(spark_session, tmp_path, ids, range(50))
     assert rebuild_lines._parse_fixed(chunk) is not None  # the fast way was taken
-    places, stamps, parsed = rebuild_lines.parse([chunk])
-    assert list(parsed) == ids and list(stamps) == list(range(50)) and list(places) == list(range(50))
+    places, stamps, parsed = rebuild_lines.parse([chunk, chunk])
+    assert parsed.dtype.itemsize == 36  # ids of one length stay one array, no object per id
+    assert parsed.tolist() == ids * 2 and stamps.tolist() == [*range(50)] * 2 and places.tolist() == [*range(50)] * 2
+
+
+def test_files_of_different_id_lengths_give_a_list():
+    short, long = _line(b"order:7", 0, 5) * 3, _line(b"ajs-0123456789abcdef0123456789abcdef", 3, 6)
+    assert rebuild_lines.parse([short, long])[2] == [b"order:7"] * 3 + [b"ajs-0123456789abcdef0123456789abcdef"]
 
 
 def _line(message_id: bytes, place: int, stamp: int) -> bytes:

@@ -19,6 +19,7 @@ from store.codec import (
     decode_id,
     decode_seq_value,
     decode_times,
+    encode_fixed_ids_end_to_end,
     encode_id,
     encode_ids,
     encode_ids_end_to_end,
@@ -94,6 +95,18 @@ def test_keys_end_to_end_come_with_a_batch_of_ajs_ids_only():
     keys, end_to_end = encode_ids_end_to_end(ids)
     assert keys == encode_ids(ids) and end_to_end == b"".join(keys)
     assert encode_ids_end_to_end([*ids, b"order:7"]) == ([*keys, encode_id(b"order:7")], None)
+
+
+def test_ids_end_to_end_encode_as_the_id_list_does():
+    ids = [f"ajs-{n:032x}".encode() for n in range(ENCODE_BLOCK + 3)]
+    assert encode_fixed_ids_end_to_end(b"".join(ids), 36) == encode_ids_end_to_end(ids)
+    ids[-1] = b"ajs-" + b"0" * 31 + b"A"  # one id not packable: the whole goes the general way
+    assert encode_fixed_ids_end_to_end(b"".join(ids), 36) == (encode_ids(ids), None)
+    uuids = [str(uuid.UUID(int=n)).encode() for n in range(5)]
+    assert encode_fixed_ids_end_to_end(b"".join(uuids), 36) == (encode_ids(uuids), None)
+    assert encode_fixed_ids_end_to_end(b"order:1order:2", 7) == (encode_ids([b"order:1", b"order:2"]), None)
+    with pytest.raises(ValueError, match="not ids of 36 bytes"):
+        encode_fixed_ids_end_to_end(b"".join(ids)[:-1], 36)
 
 
 def test_a_long_batch_is_packed_block_by_block_with_the_same_keys():
