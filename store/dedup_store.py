@@ -60,9 +60,8 @@ from store.codec import (
 from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
 from store.seq_view import SeqView
 
-# rocksdict's multi-get costs more per key on long lists: RocksDB sorts each list before probing the filters
-# (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000; 32 is also
-# the batch RocksDB's MultiGet probes a file with)
+# rocksdict's multi-get costs more per key on long lists, likely RocksDB's sort of each list before it probes
+# the filters (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000)
 LOOKUP_CHUNK = 32
 
 
