@@ -1,8 +1,10 @@
 """Bulk-loading a dedup store: sorted SST files written apart (on Spark executors), ingested into a fresh store.
 
-This is what ``DedupStore.record`` writes, batch by batch, produced without the write path: every key and
-value comes from ``store.codec`` exactly as ``record`` builds them, so a bulk-loaded store and a recorded one
-hold the same ids under the same sequence numbers and timestamps (the Spark tests compare the two). The
+This is what ``DedupStore.record`` writes, batch by batch, produced without the write path: the keys and
+digests come from ``store.codec``, the ``ids`` values and ``times`` deltas are computed here as arrays in the
+codec's layout (``codec.pack_times`` assembles each ``times`` value), so a bulk-loaded store and a recorded
+one hold the same ids under the same sequence numbers and timestamps (the Spark tests compare the two, and
+the ``times`` values byte for byte). The
 sequence is cut into batches (what a worker transaction records at most) and the batches into buckets (see
 ``LoadLayout``): one ``ids`` SST file and one ``times`` SST file per bucket.
 
