@@ -41,7 +41,7 @@ from store.codec import (
     batch_digests,
     batch_digests_joined,
     encode_fixed_ids_end_to_end,
-    encode_ids_end_to_end,
+    encode_ids,
     encode_marker,
     encode_seq,
     pack_times,
@@ -140,7 +140,7 @@ def write_bucket_places(
     if isinstance(ids, np.ndarray):  # ids of one length, end to end (dtype V<length>): no object per id
         keys, end_to_end = encode_fixed_ids_end_to_end(np.ascontiguousarray(ids).tobytes(), ids.dtype.itemsize)
     else:
-        keys, end_to_end = encode_ids_end_to_end(ids)
+        keys, end_to_end = encode_ids(ids), None
     if not all(map(operator.lt, keys, islice(keys, 1, None))):
         order = sorted(range(count), key=keys.__getitem__)
         keys, end_to_end = list(map(keys.__getitem__, order)), None
@@ -213,8 +213,8 @@ def _digests_in_seq_order(
     keys: list[bytes], end_to_end: bytes | None, row_of_place: np.ndarray
 ) -> Callable[[slice], bytes]:
     """``batch_digests`` of the keys at a slice of places. Keys of one length (every ``ajs-`` or UUID key)
-    are reordered as one array (from ``end_to_end``, the keys' bytes as the codec packed them, when given);
-    others one by one."""
+    are reordered as one array (from ``end_to_end``, the keys' bytes as ``encode_fixed_ids_end_to_end``
+    packed them, when given); others one by one."""
     if end_to_end is None and len(set(map(len, keys))) == 1:
         end_to_end = b"".join(keys)
     if end_to_end is not None:

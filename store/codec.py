@@ -52,7 +52,7 @@ import re
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate, islice
@@ -146,32 +146,27 @@ def encode_id(message_id: bytes) -> bytes:
 
 
 def encode_ids(message_ids: Sequence[bytes]) -> list[bytes]:
-    """The ``ids`` keys of many ids; a batch made only of ``ajs-`` ids is packed with a few C-level calls."""
+    """The ``ids`` keys of many ids; a batch made only of ``ajs-`` ids is packed with a few C-level calls,
+    a block at a time (the packing passes over a block several times: it stays in the CPU's cache)."""
     keys: list[bytes] = []
-    for block_keys, _ in _encoded_blocks(message_ids):
-        keys += block_keys
+    for start in range(0, len(message_ids), ENCODE_BLOCK):
+        block = message_ids[start : start + ENCODE_BLOCK]
+        packed = _pack_ajs_batch(block) if len(block) > 1 else None
+        if packed is None:
+            keys += [encode_id(message_id) for message_id in block]
+        else:
+            keys += _ajs_splitter(len(block)).unpack(packed)
     return keys
 
 
-def encode_ids_end_to_end(message_ids: Sequence[bytes]) -> tuple[list[bytes], bytes | None]:
-    """``encode_ids``, and the keys' bytes end to end when every id is an ``ajs-`` id (else None): what the
-    bulk load digests, without joining half a million key objects again."""
-    keys: list[bytes] = []
-    packed: list[bytes | None] = []
-    for block_keys, block_packed in _encoded_blocks(message_ids):
-        keys += block_keys
-        packed.append(block_packed)
-    return keys, None if None in packed else b"".join(packed)
-
-
 def encode_fixed_ids_end_to_end(joined: bytes, width: int) -> tuple[list[bytes], bytes | None]:
-    """``encode_ids_end_to_end`` of ids all ``width`` bytes long, given end to end (the bulk load reads them
-    so: no id object is made when they are all ``ajs-`` ids)."""
+    """``encode_ids`` of ids all ``width`` bytes long, given end to end (the bulk load reads them so: no id
+    object is made when they are all ``ajs-`` ids), and then the keys' bytes end to end too (else None)."""
     if width <= 0 or len(joined) % width:
         raise ValueError(f"{len(joined)} bytes are not ids of {width} bytes end to end")
     blocks = _packed_ajs_blocks(joined) if width == _AJS_LEN else None
     if blocks is None:  # not all ajs- ids: an object per id, the general path
-        return encode_ids_end_to_end([joined[start : start + width] for start in range(0, len(joined), width)])
+        return encode_ids([joined[start : start + width] for start in range(0, len(joined), width)]), None
     keys: list[bytes] = []
     for block in blocks:
         keys += _ajs_splitter(len(block) // _AJS_KEY_LEN).unpack(block)
@@ -189,18 +184,6 @@ def _packed_ajs_blocks(joined: bytes) -> list[bytes] | None:
             return None
         blocks.append(packed)
     return blocks
-
-
-def _encoded_blocks(message_ids: Sequence[bytes]) -> Iterator[tuple[list[bytes], bytes | None]]:
-    """Keys a block at a time (the packing passes over a block several times: it stays in the CPU's cache),
-    each with the block's keys end to end when it is all ``ajs-`` ids."""
-    for start in range(0, len(message_ids), ENCODE_BLOCK):
-        block = message_ids[start : start + ENCODE_BLOCK]
-        packed = _pack_ajs_batch(block) if len(block) > 1 else None
-        if packed is None:
-            yield [encode_id(message_id) for message_id in block], None
-        else:
-            yield list(_ajs_splitter(len(block)).unpack(packed)), packed
 
 
 def _pack_ajs_batch(message_ids: Sequence[bytes]) -> bytes | None:

@@ -22,7 +22,6 @@ from store.codec import (
     encode_fixed_ids_end_to_end,
     encode_id,
     encode_ids,
-    encode_ids_end_to_end,
     encode_seq_values,
     encode_times,
     times_at,
@@ -90,16 +89,10 @@ def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
     assert [decode_id(key) for key in encode_ids(batch)] == batch
 
 
-def test_keys_end_to_end_come_with_a_batch_of_ajs_ids_only():
-    ids = [f"ajs-{n:032x}".encode() for n in range(ENCODE_BLOCK + 3)]
-    keys, end_to_end = encode_ids_end_to_end(ids)
-    assert keys == encode_ids(ids) and end_to_end == b"".join(keys)
-    assert encode_ids_end_to_end([*ids, b"order:7"]) == ([*keys, encode_id(b"order:7")], None)
-
-
 def test_ids_end_to_end_encode_as_the_id_list_does():
     ids = [f"ajs-{n:032x}".encode() for n in range(ENCODE_BLOCK + 3)]
-    assert encode_fixed_ids_end_to_end(b"".join(ids), 36) == encode_ids_end_to_end(ids)
+    keys, end_to_end = encode_fixed_ids_end_to_end(b"".join(ids), 36)
+    assert keys == encode_ids(ids) and end_to_end == b"".join(keys)
     ids[-1] = b"ajs-" + b"0" * 31 + b"A"  # one id not packable: the whole goes the general way
     assert encode_fixed_ids_end_to_end(b"".join(ids), 36) == (encode_ids(ids), None)
     uuids = [str(uuid.UUID(int=n)).encode() for n in range(5)]
