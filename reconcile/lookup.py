@@ -158,11 +158,7 @@ def look_up_group(store: DedupStore, batches: Sequence[Sequence[bytes]]) -> Grou
 
 
 def _multi_get(store: DedupStore, keys: list[bytes]) -> list[bytes | None]:
-    family = store.family(CF_IDS)
-    values: list[bytes | None] = []
-    for start in range(0, len(keys), MULTI_GET_KEYS):
-        values += family[keys[start : start + MULTI_GET_KEYS]]
-    return values
+    return store.raw_values(keys, per_call=MULTI_GET_KEYS)
 
 
 def run_by_digests(store: DedupStore, keys: list[bytes]) -> int | None:

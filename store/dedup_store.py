@@ -329,7 +329,7 @@ class DedupStore:
     def contains_keys(self, keys: list[bytes]) -> list[bool]:
         """``contains_many`` for ids already encoded (``store.codec.encode_ids``): the worker encodes each
         batch once, for this lookup and for ``record``."""
-        values = self._values(keys)
+        values = self.raw_values(keys)
         cut = self._state.first_live_seq
         if cut == 0:  # nothing aged yet: presence is the answer (a C-level pass: every batch asks)
             return list(map(is_not, values, repeat(None, len(values))))
@@ -337,7 +337,7 @@ class DedupStore:
 
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
         """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
-        values = self._values(encode_ids(ids))
+        values = self.raw_values(encode_ids(ids))
         cut = self._state.first_live_seq
         return [None if value is None or int.from_bytes(value, "big") < cut else value for value in values]
 
@@ -348,13 +348,15 @@ class DedupStore:
         stamps = dict(zip(found, self.timestamps(found), strict=True))
         return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
 
-    def _values(self, keys: list[bytes]) -> list[bytes | None]:
+    def raw_values(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[bytes | None]:
+        """The ``ids`` family's values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a
+        multi-get (reconcile sends a thousand present keys at a time, in key order)."""
         ids = self._ids
-        if len(keys) <= LOOKUP_CHUNK:
+        if len(keys) <= per_call:
             return ids[keys] if keys else []
         values: list[bytes | None] = []
-        for start in range(0, len(keys), LOOKUP_CHUNK):
-            values += ids[keys[start : start + LOOKUP_CHUNK]]
+        for start in range(0, len(keys), per_call):
+            values += ids[keys[start : start + per_call]]
         return values
 
     def timestamps(self, seqs: Sequence[int]) -> list[int]:
@@ -493,7 +495,7 @@ class DedupStore:
         cut = self._state.first_live_seq
         batch = WriteBatch(raw_mode=True)
         removed: list[int] = []
-        for key, value in zip(keys, self._values(keys), strict=True):
+        for key, value in zip(keys, self.raw_values(keys), strict=True):
             if value is not None and int.from_bytes(value, "big") >= cut:
                 batch.delete(key, self._ids_handle)
                 removed.append(int.from_bytes(value, "big"))
