@@ -82,6 +82,11 @@ def test_ids_that_differ_only_in_case_never_share_a_key():
         [b"ajs-" + b"0" * 31, b"ajs-" + b"0" * 33],  # 72 bytes end to end, as two valid ids would be
         [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 31 + b"A"],  # uppercase would share the lowercase id's key
         [b"ajs-" + b"0" * 32, b"ajs-" + b"0" * 30 + b"\n0"],
+        # joined as the bulk path joins them (two newlines between ids): 38 n - 2 bytes, newlines where expected
+        [b"ajs-" + b"0" * 32 + b"\n\najs-" + b"0" * 32, b"", b"ajs-" + b"0" * 30],
+        [b"ajs-" + b"0" * 32 + b"\n\n", b"ajs-" + b"0" * 30, b"ajs-" + b"0" * 32],
+        [b"ajs-" + b"0" * 32, b"\n\n", b"ajs-" + b"0" * 28 + b"\n\najs-" + b"0" * 32],
+        [b"ajs-" + b"0" * 31 + b"\n", b"\najs-" + b"0" * 31],
     ],
 )
 def test_the_bulk_path_never_splits_a_batch_wrongly(batch):
