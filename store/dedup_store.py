@@ -329,11 +329,17 @@ class DedupStore:
     def contains_keys(self, keys: list[bytes]) -> list[bool]:
         """``contains_many`` for ids already encoded (``store.codec.encode_ids``): the worker encodes each
         batch once, for this lookup and for ``record``."""
-        values = self.raw_values(keys)
         cut = self._state.first_live_seq
-        if cut == 0:  # nothing aged yet: presence is the answer (a C-level pass: every batch asks)
-            return list(map(is_not, values, repeat(None, len(values))))
-        return [value is not None and int.from_bytes(value, "big") >= cut for value in values]
+        found = [False] * len(keys)
+        for number, values in enumerate(self._value_lists(keys, LOOKUP_CHUNK)):
+            if values.count(None) == len(values):  # the usual list: no id seen before, nothing to write
+                continue
+            start = number * LOOKUP_CHUNK
+            if cut == 0:  # nothing aged yet: presence is the answer
+                found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
+            else:
+                found[start : start + len(values)] = [v is not None and int.from_bytes(v, "big") >= cut for v in values]
+        return found
 
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
         """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
@@ -351,13 +357,18 @@ class DedupStore:
     def raw_values(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[bytes | None]:
         """The ``ids`` family's values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a
         multi-get (reconcile sends a thousand present keys at a time, in key order)."""
-        ids = self._ids
         if len(keys) <= per_call:
-            return ids[keys] if keys else []
+            return self._ids[keys] if keys else []
         values: list[bytes | None] = []
-        for start in range(0, len(keys), per_call):
-            values += ids[keys[start : start + per_call]]
+        for some in self._value_lists(keys, per_call):
+            values += some
         return values
+
+    def _value_lists(self, keys: list[bytes], per_call: int) -> Iterator[list[bytes | None]]:
+        """``raw_values`` of ``keys``, one multi-get's list at a time."""
+        ids = self._ids
+        for start in range(0, len(keys), per_call):
+            yield ids[keys[start : start + per_call]]
 
     def timestamps(self, seqs: Sequence[int]) -> list[int]:
         """The record timestamp (ms) of each recorded sequence number, from ``times`` (one seek per batch of

@@ -49,6 +49,17 @@ def test_aging_removes_exactly_the_ids_below_the_cut(store, cut):
     assert [seq for seq, _ in store.iter_by_seq(cut - 2, cut + 2)] == [cut, cut + 1]
 
 
+def test_a_lookup_spanning_many_multi_gets_answers_each_id(store):
+    """Lists of unseen ids, ids seen once, and ids aged out, across the store's multi-get lists."""
+    _fill(store, 5_000)
+    unseen = [b"order:%d" % n for n in range(100)]
+    straddling = [_id(n) for n in range(1_990, 2_010)]
+    ids = unseen[:70] + straddling + unseen[70:] + [_id(4_999)]
+    assert store.contains_many(ids) == [False] * 70 + [True] * 20 + [False] * 30 + [True]
+    age_step(store, AgingPolicy(max_keys=3_000))  # the cut: 2,000
+    assert store.contains_many(ids) == [False] * 70 + [n >= 2_000 for n in range(1_990, 2_010)] + [False] * 30 + [True]
+
+
 def test_the_cut_survives_a_restart_and_aged_ids_are_new_again(tmp_path):
     path = tmp_path / "events-0"
     with DedupStore.open(path, topic="events", partition=0) as store:
