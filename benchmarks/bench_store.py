@@ -52,6 +52,8 @@ console = Console()
 MIX = 0x9E3779B97F4A7C15F39CC0605CEDC835  # odd: n -> n * MIX mod 2^128 is a bijection that looks random
 BASE_MS = 1_700_000_000_000
 MS_PER_ID = 8.64  # 10 million ids a day
+ABSENT_SAMPLE = 200_000
+PRESENT_SAMPLE = 40_000  # each present id reads a data block: 40x slower than an absent one
 
 
 def message_id(n: int) -> bytes:
@@ -171,39 +173,75 @@ def best_rate(count: int, action, repeats: int = 3) -> float:
     return count / best
 
 
-def lookups(store: DedupStore, total: int, batch: int, sample: int = 200_000, rounds: int = 5) -> dict:
-    """Ids per second, best of ``rounds``; the methods take turns within each round so load swings on the
-    shared machine hit them alike."""
+def _batches(items: list, batch: int) -> list[list]:
+    return [items[start : start + batch] for start in range(0, len(items), batch)]
+
+
+def _raw_multiget(family, keys: list[list[bytes]], per_call: int | None):
+    """Raw multi-gets of one batch of keys: all in one list, or ``per_call`` keys a list."""
+    if per_call is None:
+        return lambda index: family[keys[index]]
+    return lambda index: [family[keys[index][at : at + per_call]] for at in range(0, len(keys[index]), per_call)]
+
+
+def _interleaved(methods: dict, count: int, rng: random.Random) -> dict[str, float]:
+    """Seconds each method took over ``count`` batches, the methods taking turns on each batch in a random order."""
+    seconds = dict.fromkeys(methods, 0.0)
+    turns = list(methods.items())
+    for index in range(count):
+        rng.shuffle(turns)
+        for name, action in turns:
+            started = time.perf_counter()
+            action(index)
+            seconds[name] += time.perf_counter() - started
+    return seconds
+
+
+def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict:
+    """Ids per second of each way to look ids up, and the store's against raw multi-gets.
+
+    The machine is shared and its speed swings within seconds: best-of timings of whole passes gave ratios
+    that differed by 0.1 from run to run. Instead every method takes its turn on each batch, in a random
+    order, and a round sums each method's times over all batches, so a slow moment hits all methods alike.
+    Each method has its own copy of the ids (or keys): none warms the CPU's caches for another. Rates are the
+    median round's, ratios the median of the rounds' ratios."""
     rng = random.Random(11)
-    absent = [absent_id(n) for n in range(sample)]
-    present = [message_id(rng.randrange(total)) for _ in range(sample)]
+    drawn = [rng.randrange(total) for _ in range(PRESENT_SAMPLE)]
     family = store.family(CF_IDS)
     results = {}
-    for label, ids in (("absent", absent), ("present", present)):
-        keys = encode_ids(ids)
-        batches = [ids[i : i + batch] for i in range(0, len(ids), batch)]
-        key_batches = [keys[i : i + batch] for i in range(0, len(keys), batch)]
-        assert all(store.contains_many(batches[0])) == (label == "present")
+    for label, make_ids in (
+        ("absent", lambda: [absent_id(n) for n in range(ABSENT_SAMPLE)]),
+        ("present", lambda: [message_id(n) for n in drawn]),
+    ):  # make_ids() gives new objects each call: a copy per method
+        sample = len(make_ids())
         methods = {
-            "raw_multiget_whole_batch_per_s": lambda kb=key_batches: [family[k] for k in kb],
-            "raw_multiget_512_per_s": lambda k=keys: [family[k[i : i + 512]] for i in range(0, len(k), 512)],
+            "raw_multiget_whole_batch_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), None),
+            "raw_multiget_512_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), 512),
             # the lists the store's API sends (dedup_store.LOOKUP_CHUNK)
-            "raw_multiget_32_per_s": lambda k=keys: [family[k[i : i + 32]] for i in range(0, len(k), 32)],
-            "contains_many_per_s": lambda b=batches: [store.contains_many(x) for x in b],
+            "raw_multiget_32_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), 32),
+            "contains_many_per_s": lambda i, b=_batches(make_ids(), batch): store.contains_many(b[i]),
             # the worker's path: a batch's ids are encoded once, for this lookup and for record()
-            "contains_keys_per_s": lambda kb=key_batches: [store.contains_keys(k) for k in kb],
+            "contains_keys_per_s": lambda i, b=_batches(encode_ids(make_ids()), batch): store.contains_keys(b[i]),
         }
-        best = dict.fromkeys(methods, 0.0)
+        assert all(methods["contains_many_per_s"](0)) == (label == "present")
+        rates: dict[str, list[float]] = {name: [] for name in methods}
+        ratios: dict[str, list[float]] = {"ratio_vs_raw": [], "contains_keys_ratio_vs_raw": []}
         for _ in range(rounds):
-            for name, action in methods.items():
-                best[name] = max(best[name], best_rate(len(ids), action, repeats=1))
-        raw = max(best[name] for name in best if name.startswith("raw_multiget_"))
+            for name, seconds in _interleaved(methods, -(-sample // batch), rng).items():
+                rates[name].append(sample / seconds)
+            raw = max(rates[name][-1] for name in methods if name.startswith("raw_multiget_"))
+            ratios["ratio_vs_raw"].append(rates["contains_many_per_s"][-1] / raw)
+            ratios["contains_keys_ratio_vs_raw"].append(rates["contains_keys_per_s"][-1] / raw)
+        medians = {name: statistics.median(values) for name, values in rates.items()}
+        many = _batches(make_ids(), batch)
         results[label] = {
-            **best,
-            "raw_multiget_per_s": raw,
-            "lookup_many_per_s": best_rate(len(ids), lambda b=batches: [store.lookup_many(x) for x in b], repeats=1),
-            "ratio_vs_raw": best["contains_many_per_s"] / raw,
-            "contains_keys_ratio_vs_raw": best["contains_keys_per_s"] / raw,
+            **medians,
+            "raw_multiget_per_s": max(medians[name] for name in medians if name.startswith("raw_multiget_")),
+            "lookup_many_per_s": best_rate(sample, lambda b=many: [store.lookup_many(ids) for ids in b], repeats=1),
+            **{name: statistics.median(values) for name, values in ratios.items()},
+            "ratio_vs_raw_quartiles": statistics.quantiles(ratios["ratio_vs_raw"], n=4),
+            "rounds": rounds,
+            "sample": sample,
         }
     return results
 
