@@ -8,8 +8,9 @@
    child grows a Python ``set`` of the same ids, the baseline for RSS growth per id. Both children call
    ``store.memory.limit_heap_retention()`` first (as the worker should), and the build child empties its
    memtables (bounded: 2 x 64 MiB, the same at any size) before each RSS reading, so the slope is per id.
-2. lookups: absent and present ids through ``contains_many`` (and ``lookup_many``) against raw rocksdict
-   multi-gets of the same keys on the same column family.
+2. lookups: absent and present ids through ``contains_many`` (and ``contains_keys``, ``lookup_many``) against
+   raw rocksdict multi-gets of the same keys on the same column family, the methods taking turns on each batch
+   (medians of 11 rounds: see ``lookups``).
 3. aging: ingest more batches alternating blocks without and with ``age_step`` between batches (p99 batch
    latency of each), then age the store down to half with ``age_fully`` (ids removed per second).
 
@@ -246,8 +247,11 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
     return results
 
 
-def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block: int = 25) -> dict:
-    """Ingest ``batches`` more batches in alternating blocks, without and with an aging step between batches."""
+def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block: int = 5) -> dict:
+    """Ingest ``batches`` more batches in alternating blocks, without and with an aging step between batches.
+
+    Short blocks: a flush or a merge slows the batches around it (two cores), and in blocks of 25 one such
+    burst could fall in a single block and alone set that mode's p99 (ratios of 1.0 and 2.5 in two runs)."""
     policy = AgingPolicy(max_keys=store.state.live_ids)  # every batch in a 'with' block ages as many ids
     latencies: dict[str, list[float]] = {"without": [], "with": []}
     aged = 0
@@ -320,6 +324,7 @@ def main() -> None:
         with console.status(f"recording {args.ids:,} ids through DedupStore"):
             build = _child("build", "--ids", str(args.ids), "--batch", str(args.batch), "--path", str(path))
         with DedupStore.open(path, topic="bench", partition=0) as store:
+            settle(store)  # merges the open may start: their CPU would skew both measurements
             with console.status("lookups"):
                 found = lookups(store, args.ids, args.batch)
             with console.status("ingest with and without aging"):
