@@ -254,6 +254,8 @@ def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block
     burst could fall in a single block and alone set that mode's p99 (ratios of 1.0 and 2.5 in two runs)."""
     policy = AgingPolicy(max_keys=store.state.live_ids)  # every batch in a 'with' block ages as many ids
     latencies: dict[str, list[float]] = {"without": [], "with": []}
+    steps: list[float] = []  # age_step's own seconds: tells aging's cost from the machine's hiccups
+    slowest: list[tuple[float, int, str]] = []
     aged = 0
     n = first
     for index in range(batches):
@@ -264,10 +266,13 @@ def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block
         present = store.contains_many(ids)
         store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
         if mode == "with":
-            aged += age_step(store, policy).aged
+            step = age_step(store, policy)
+            aged += step.aged
+            steps.append(step.seconds)
         else:
             policy = AgingPolicy(max_keys=store.state.live_ids)  # nothing to age until the next 'with' block
         latencies[mode].append(time.perf_counter() - t0)
+        slowest = sorted([*slowest, (latencies[mode][-1], index, mode)], reverse=True)[:6]
         n += batch
     return {
         "batches_each": {mode: len(values) for mode, values in latencies.items()},
@@ -275,6 +280,8 @@ def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block
         "p95_ms": {mode: 1000 * percentile(values, 0.95) for mode, values in latencies.items()},
         "p99_ms": {mode: 1000 * percentile(values, 0.99) for mode, values in latencies.items()},
         "p99_ratio": percentile(latencies["with"], 0.99) / percentile(latencies["without"], 0.99),
+        "age_step_ms": {"p50": 1000 * statistics.median(steps), "p99": 1000 * percentile(steps, 0.99)},
+        "slowest_batches": [{"ms": 1000 * seconds, "index": index, "mode": mode} for seconds, index, mode in slowest],
         "ids_aged": aged,
         "next_id": n,
     }
@@ -422,6 +429,7 @@ def report(f: dict) -> None:
         "",
         None,
     )
+    row("aging step ms, p50 / p99", f"{lat['age_step_ms']['p50']:.2f} / {lat['age_step_ms']['p99']:.2f}", "", None)
     row("bytes on disk per id (directory)", f"{b['dir']:.1f}", "<= 25", b["dir"] <= 25)
     row("bytes per id, SST files only", f"{b['sst']:.1f}", "", None)
     row("bytes per retained id, steady state with aging", f"{b['dir_steady_state_with_aging']:.1f}", "", None)
