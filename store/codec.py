@@ -8,7 +8,7 @@ together in one ``WriteBatch``:
            consecutive sequence numbers and aging drops whole files: no tombstones)
            key    packed id: ``0xA0 0x10`` + 16 bytes  for ``ajs-`` + 32 lowercase hex digits (the prefix is
                                                     "ajs-" read as hex with j, s, - as 0, 1, 0: a whole batch
-                                                    packs with one translate and one unhexlify)
+                                                    packs with one unhexlify)
                              ``0x02`` + 16 bytes       for a canonical lowercase UUID (8-4-4-4-12)
                              ``0x03`` + the raw bytes, for any other id
            value  the id's sequence number, big-endian, as few bytes as the batch's largest needs
