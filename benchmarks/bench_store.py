@@ -250,8 +250,10 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
 def aging_latency(store: DedupStore, first: int, batches: int, batch: int, block: int = 5) -> dict:
     """Ingest ``batches`` more batches in alternating blocks, without and with an aging step between batches.
 
-    Short blocks: a flush or a merge slows the batches around it (two cores), and in blocks of 25 one such
-    burst could fall in a single block and alone set that mode's p99 (ratios of 1.0 and 2.5 in two runs)."""
+    Short blocks: a flush, a merge or the shared machine slows a run of batches (two cores), and in blocks of
+    25 one such burst could fall in a single block and alone set that mode's p99 (ratios of 1.0 and 2.5 in two
+    runs). Blocks of 5 spread bursts over both modes but cannot undo a burst of 3 stalled batches out of 300
+    (2.9 in one run on a loaded machine): age_step's own time is reported to tell aging from the machine."""
     policy = AgingPolicy(max_keys=store.state.live_ids)  # every batch in a 'with' block ages as many ids
     latencies: dict[str, list[float]] = {"without": [], "with": []}
     steps: list[float] = []  # age_step's own seconds: tells aging's cost from the machine's hiccups
