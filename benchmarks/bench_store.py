@@ -210,11 +210,10 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
     drawn = [rng.randrange(total) for _ in range(PRESENT_SAMPLE)]
     family = store.family(CF_IDS)
     results = {}
-    for label, make_ids in (
-        ("absent", lambda: [absent_id(n) for n in range(ABSENT_SAMPLE)]),
-        ("present", lambda: [message_id(n) for n in drawn]),
+    for label, sample, make_ids in (
+        ("absent", ABSENT_SAMPLE, lambda: [absent_id(n) for n in range(ABSENT_SAMPLE)]),
+        ("present", PRESENT_SAMPLE, lambda: [message_id(n) for n in drawn]),
     ):  # make_ids() gives new objects each call: a copy per method
-        sample = len(make_ids())
         methods = {
             "raw_multiget_whole_batch_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), None),
             "raw_multiget_512_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), 512),
