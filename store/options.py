@@ -41,6 +41,9 @@ IDS_RESTART_INTERVAL = 32
 IDS_ZSTD_LEVEL = 12
 FIFO_UNBOUNDED = 1 << 62  # FIFO's own size limit, out of reach: aging lowers it only to drop given files
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
+ARENA_BLOCKS_PER_BUFFER = 64
+MIN_ARENA_BLOCK_BYTES = 64 * 1024
+SMALL_FAMILY_ARENA_BYTES = 64 * 1024  # times and meta take a few KiB per batch: a 1 MiB default block is waste
 LOG_FILE_BYTES = 16 * 1024 * 1024
 LOG_FILES_KEPT = 10  # the LOG is what `dedupectl compactions` and `stats` read
 STATS_DUMP_SECONDS = 300
@@ -61,7 +64,7 @@ def _table(cache: Cache, block_bytes: int) -> BlockBasedOptions:
     return table
 
 
-def _ids_options(cache: Cache) -> Options:
+def _ids_options(cache: Cache, write_buffer_bytes: int = WRITE_BUFFER_BYTES) -> Options:
     options = Options(raw_mode=True)
     table = _table(cache, IDS_BLOCK_BYTES)
     table.set_block_restart_interval(IDS_RESTART_INTERVAL)
@@ -76,12 +79,12 @@ def _ids_options(cache: Cache) -> Options:
     options.set_level_zero_file_num_compaction_trigger(4)  # merge once 4 small files queue up
     options.set_level_zero_slowdown_writes_trigger(1_000)
     options.set_level_zero_stop_writes_trigger(2_000)
-    options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+    options.set_write_buffer_size(write_buffer_bytes)
     # a memtable bloom filter: an absent id skips the memtable's skip list. It is allocated whole with each
-    # memtable (ratio x write buffer): 0.02 gives ~10 bits per id of a full memtable, 1.3 MiB
+    # memtable (ratio x write buffer): 0.02 gives ~10 bits per id of a full memtable
     options.set_memtable_prefix_bloom_ratio(0.02)
-    # arena blocks default to 1/8 of the write buffer: 8 MiB taken by a memtable holding its first id
-    options.set_arena_block_size(1024 * 1024)
+    # arena blocks default to 1/8 of the write buffer: that much taken by a memtable holding its first id
+    options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
     options.set_memtable_whole_key_filtering(True)
     return options
 
@@ -94,6 +97,10 @@ class SharedMemory:
       a worker fill theirs in step: 4 partitions held up to 4 x 64 MiB of memtables, released together at
       their flushes, a saw-tooth of ~300 MB in the worker's RSS (32 partitions: 2 GiB). Under the budget the
       store written to flushes once all memtables together pass ~7/8 of it.
+    - ``ids_write_buffer_bytes``: each store's ``ids`` memtable size, at most half the budget. A memtable
+      charges the budget from its creation with its bloom filter and first arena blocks, sized from the
+      write buffer: at 64 MiB that was 1.3 MiB per store, so a few stores under a small budget were over it
+      while empty and every write flushed all three families (files of a few dozen bytes).
     - ``block_cache``: one cache for data blocks, instead of 8 MiB per store. The worker reads data blocks
       only for duplicates and filter false positives, spread at random over its stores: a cache per store
       only added up (and filled slowly, over millions of ids).
@@ -101,11 +108,16 @@ class SharedMemory:
 
     write_buffers: WriteBufferManager
     block_cache: Cache
+    ids_write_buffer_bytes: int = WRITE_BUFFER_BYTES
 
 
 def shared_memory(memtable_bytes: int, block_cache_bytes: int = BLOCK_CACHE_BYTES) -> SharedMemory:
     # never stall writers on the budget: a flush is always under way when it is reached
-    return SharedMemory(WriteBufferManager(memtable_bytes, False), Cache(block_cache_bytes))
+    return SharedMemory(
+        WriteBufferManager(memtable_bytes, False),
+        Cache(block_cache_bytes),
+        ids_write_buffer_bytes=min(WRITE_BUFFER_BYTES, memtable_bytes // 2),
+    )
 
 
 def _level_options(cache: Cache) -> Options:
@@ -115,6 +127,7 @@ def _level_options(cache: Cache) -> Options:
     options.set_bottommost_compression_type(DBCompressionType.zstd())
     options.set_level_compaction_dynamic_level_bytes(True)
     options.set_write_buffer_size(8 * 1024 * 1024)  # timestamps and metadata are small
+    options.set_arena_block_size(SMALL_FAMILY_ARENA_BYTES)
     return options
 
 
@@ -136,5 +149,7 @@ def store_options(create: bool, shared: SharedMemory | None = None) -> tuple[Opt
     options.set_max_log_file_size(LOG_FILE_BYTES)
     options.set_stats_dump_period_sec(STATS_DUMP_SECONDS)
     options.enable_statistics()  # bloom-filter usefulness, dumped to the LOG with the compaction stats
-    families = {CF_IDS: _ids_options(cache), CF_TIMES: _level_options(cache), CF_META: _level_options(cache)}
+    ids_buffer = WRITE_BUFFER_BYTES if shared is None else shared.ids_write_buffer_bytes
+    families = {CF_IDS: _ids_options(cache, ids_buffer), CF_TIMES: _level_options(cache)}
+    families[CF_META] = _level_options(cache)
     return options, families
