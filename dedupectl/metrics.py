@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 _LABEL = ("partition",)
@@ -28,6 +30,18 @@ class WorkerMetrics:
             registry=r,
         )
         self.aged = Counter("dedupectl_aged_ids", "Ids aged out of the window by the size bound", _LABEL, registry=r)
+        self.empty_stores = Counter(
+            "dedupectl_empty_store_starts",
+            "Partitions started from an empty store: recovery reads the whole output partition",
+            _LABEL,
+            registry=r,
+        )
+        self.recovery_offsets = Gauge(
+            "dedupectl_recovery_read_offsets",
+            "Output offsets the partition's recovery reads (an empty store's pending one, or the last one)",
+            _LABEL,
+            registry=r,
+        )
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
         self.batch_seconds = Histogram(
             "dedupectl_batch_seconds",
@@ -35,6 +49,12 @@ class WorkerMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+
+    def forget_store(self, partition: int) -> None:
+        """Drop a revoked partition's store gauges: its new owner exports them, a stale copy would mislead."""
+        for gauge in (self.window_seconds, self.store_keys, self.recovery_offsets):
+            with contextlib.suppress(KeyError):  # never exported: nothing to drop
+                gauge.remove(str(partition))
 
     def serve(self, port: int, host: str) -> int:
         """Serve /metrics; returns the bound port (useful with port 0)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import resource
 import signal
@@ -32,7 +33,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
-from dedupectl.errors import BrokerError, DataDirError, FencedError, TopicError
+from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, TopicError
 from dedupectl.kafka_clients import build_client, flush_at_exit, librdkafka_log, partition_counts
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
 COMMIT_RETRIES = 5
 MEMORY_RELEASE_S = 60.0
+MAINTENANCE_S = 5.0  # every held partition ages and refreshes its window gauge at least this often, input or not
 
 
 @dataclass
@@ -134,6 +136,7 @@ class Worker:
         self._consumer = None
         self._producer = None
         self._idle_since: float | None = None
+        self._closing = False
         self._reader: OutputReader | None = None
         self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
         self._shared_memory = shared_memory(config.memtable_budget_bytes)  # for every held store
@@ -210,7 +213,7 @@ class Worker:
             [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
         self._write_status()
-        started = last_report = last_release = time.monotonic()
+        started = last_report = last_release = last_maintenance = time.monotonic()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
             while not stop.is_set():
@@ -221,6 +224,9 @@ class Worker:
                     self._idle_since = now
                 elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
                     break
+                if now - last_maintenance >= MAINTENANCE_S:
+                    self._maintain()
+                    last_maintenance = now
                 self._snapshots.maybe_run({number: owned.store for number, owned in self._partitions.items()})
                 if now - last_release >= MEMORY_RELEASE_S:
                     release_free_memory()  # a few ms, once a minute
@@ -269,6 +275,7 @@ class Worker:
 
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)
+        self._closing = True
         if self._consumer is not None:
             try:
                 self._consumer.close()
@@ -289,10 +296,14 @@ class Worker:
         for tp in partitions:
             if tp.partition not in self._partitions:
                 path = store_path(self.config.data_dir, self.config.input_topic, tp.partition)
+                created = not path.exists()
                 store = DedupStore.open(
                     path, topic=self.config.input_topic, partition=tp.partition, shared=self._shared_memory
                 )
                 self._partitions[tp.partition] = _Partition(tp.partition, store)
+                if created or (store.state.next_seq == 0 and store.state.output_offset < 0):
+                    self._report_empty_store(tp.partition, created)
+                self._age(tp.partition, store)  # the window gauge exists from assignment on, input or not
             # another worker may have published while we did not own it: recover before the next batch
             self._partitions[tp.partition].recovered = False
         self._idle_since = time.monotonic()
@@ -304,6 +315,8 @@ class Worker:
             owned = self._partitions.pop(tp.partition, None)
             if owned is not None:
                 owned.store.close()
+                if not self._closing:  # a rebalance: its next owner exports its gauges, a stale copy would mislead
+                    self.metrics.forget_store(tp.partition)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
         self._write_status()
 
@@ -567,6 +580,7 @@ class Worker:
         owned.recovered = True
         self.summary.recovered += result.recorded
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)
+        self.metrics.recovery_offsets.labels(str(owned.number)).set(result.end_offset - max(result.start_offset, 0))
         log.info(
             "partition %d recovered: read output offsets %d..%d (%d records), recorded %d missing ids",
             owned.number,
@@ -576,18 +590,48 @@ class Worker:
             result.recorded,
         )
 
-    def _age(self, partition: int, store: DedupStore) -> None:
-        """One bounded aging step between batches (microseconds: it moves the cut and drops whole files),
-        then the effective window for the gauge operators page on."""
+    def _report_empty_store(self, partition: int, created: bool) -> None:
+        """Say that a partition starts with no ids, and how much of the output its recovery will read."""
         label = str(partition)
-        if self._aging.bounded:
-            result = age_step(store, self._aging)
-            if result.aged:
-                self.metrics.aged.labels(label).inc(result.aged)
-                self.metrics.store_keys.labels(label).set(result.live_ids)
+        self.metrics.empty_stores.labels(label).inc()
+        how = "a new empty store" if created else "an empty store"
+        try:
+            bounds = self._reader.bounds(self.config.output_topic, partition)
+        except DedupeError as error:
+            log.warning("partition %d starts from %s; output offsets unknown (%s)", partition, how, error)
+            return
+        self.metrics.recovery_offsets.labels(label).set(bounds.end - bounds.low)
+        lost = (
+            f"; offsets below {bounds.low} were deleted by retention: late retries of their ids will be published again"
+            if bounds.low > 0
+            else ""
+        )
+        log.info(
+            "partition %d starts from %s: recovery reads the whole output partition, offsets %d..%d (%d)%s",
+            partition,
+            how,
+            bounds.low,
+            bounds.end,
+            bounds.end - bounds.low,
+            lost,
+        )
+
+    def _maintain(self) -> None:
+        """Age every held partition, including those without input (their aged files still go), and refresh
+        their window gauges, which grow with wall time."""
+        for number, owned in list(self._partitions.items()):
+            self._age(number, owned.store)
+
+    def _age(self, partition: int, store: DedupStore) -> None:
+        """One bounded aging step (microseconds: it moves the cut and drops whole files below it), then the
+        effective window for the gauge operators page on (NaN while the store holds no id)."""
+        label = str(partition)
+        result = age_step(store, self._aging)
+        if result.aged:
+            self.metrics.aged.labels(label).inc(result.aged)
+            self.metrics.store_keys.labels(label).set(result.live_ids)
         window = effective_window_seconds(store)
-        if window is not None:
-            self.metrics.window_seconds.labels(label).set(window)
+        self.metrics.window_seconds.labels(label).set(math.nan if window is None else window)
 
     def _account(self, plan: _Plan, store_keys: int) -> None:
         label = str(plan.partition)
