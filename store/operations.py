@@ -18,7 +18,7 @@ from store.codec import CF_IDS, CF_META, CF_TIMES, decode_id, decode_marker, dec
 from store.dedup_store import DedupStore
 from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
 from store.selection import StoreRef
-from store.window import oldest_live
+from store.window import oldest_live, window_info
 
 
 def _now_ms() -> int:
@@ -49,6 +49,8 @@ class AgeOutcome:
     bytes_freed: int  # dry run: bytes of the files that would be dropped
     window_seconds_before: float | None
     window_seconds_after: float | None
+    ids_per_hour: float | None  # the rate the present window filled at
+    window_seconds_at_bound: float | None  # the window once the store is full at this bound, at that rate
 
 
 def _window_at(store: DedupStore, seq: int, now_ms: int) -> float | None:
@@ -80,6 +82,7 @@ def age_stores(
                     if file.seq_range is not None and file.seq_range[1] < plan.target_cut
                 )
                 oldest = oldest_live(store)
+                info = window_info(store, ref, now_ms)
                 outcomes.append(
                     AgeOutcome(
                         topic=ref.topic,
@@ -94,6 +97,8 @@ def age_stores(
                         bytes_freed=freed,
                         window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
                         window_seconds_after=_window_at(store, plan.target_cut, now_ms),
+                        ids_per_hour=info.ids_per_hour,
+                        window_seconds_at_bound=info.window_at_bound(policy),
                     )
                 )
             continue
@@ -107,6 +112,7 @@ def age_stores(
             plan = plan_aging(store, policy)
             before = sst_bytes(store)
             oldest = oldest_live(store)
+            info = window_info(store, ref, now_ms)
             result = age_fully(store, policy)
             outcomes.append(
                 AgeOutcome(
@@ -122,6 +128,8 @@ def age_stores(
                     bytes_freed=result.bytes_dropped,
                     window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
                     window_seconds_after=_window_at(store, result.first_live_seq, now_ms),
+                    ids_per_hour=info.ids_per_hour,
+                    window_seconds_at_bound=info.window_at_bound(policy),
                 )
             )
     return outcomes

@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from store.aging import AgingPolicy
 from store.dedup_store import DedupStore
 from store.footprint import dir_bytes, sst_bytes
 from store.selection import StoreRef
 
 DEFAULT_FLOOR_SECONDS = 24 * 3600.0
+HOUR_MS = 3_600_000
 
 
 def _now_ms() -> int:
@@ -39,7 +41,26 @@ class WindowInfo:
 
     @property
     def bytes_per_id(self) -> float | None:
+        """Bytes on disk per live id: includes aged files not dropped yet, the write-ahead log and the LOG."""
         return self.disk_bytes / self.live_ids if self.live_ids else None
+
+    @property
+    def ids_per_hour(self) -> float | None:
+        """The rate the window filled at: live ids over the time between the oldest and the newest."""
+        if self.oldest_ts_ms is None or self.newest_ts_ms is None or self.newest_ts_ms <= self.oldest_ts_ms:
+            return None
+        return self.live_ids * HOUR_MS / (self.newest_ts_ms - self.oldest_ts_ms)
+
+    def window_at_bound(self, policy: AgingPolicy) -> float | None:
+        """Seconds of ids the store would hold once full at ``policy``, at its present ids per hour and SST bytes
+        per id: what a bound gives, larger or smaller than the present one."""
+        rate = self.ids_per_hour
+        if rate is None or not policy.bounded:
+            return None
+        bounds = [] if policy.max_keys is None else [float(policy.max_keys)]
+        if policy.max_bytes is not None and self.sst_bytes:
+            bounds.append(policy.max_bytes * self.live_ids / self.sst_bytes)
+        return min(bounds) / rate * 3600 if bounds else None
 
     def below(self, floor_seconds: float) -> bool:
         """Under the floor; an empty store protects nothing yet but has nothing to lose either: not below."""

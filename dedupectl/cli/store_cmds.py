@@ -76,7 +76,8 @@ def age(
     """Age a stopped store: drop its oldest ids until it holds at most --max-keys ids and/or --max-bytes.
 
     The worker ages its stores itself between batches; this is for a stopped store, or with --dry-run to see
-    what a bound would cost in window.
+    what a bound would give: "window after" is what aging now leaves, "window at bound" the window the store
+    keeps once full at this bound, at its present ids per hour (answers for a larger bound too).
 
     Example: dedupectl age -d /var/lib/dedupectl --max-bytes 40GiB --dry-run
     """
@@ -105,6 +106,8 @@ def age(
             "freed",
             "window before",
             "window after",
+            "ids/h",
+            "window at bound",
         ],
         [
             (
@@ -117,6 +120,8 @@ def age(
                 format_size(o.bytes_freed),
                 format_duration(o.window_seconds_before),
                 format_duration(o.window_seconds_after),
+                _count(None if o.ids_per_hour is None else round(o.ids_per_hour)),
+                format_duration(o.window_seconds_at_bound),
             )
             for o in outcomes
         ],
@@ -130,6 +135,7 @@ def _window_json(info: WindowInfo, floor: float | None) -> dict:
     record = asdict(info)
     record["path"] = str(info.path)
     record["bytes_per_id"] = info.bytes_per_id
+    record["ids_per_hour"] = info.ids_per_hour
     if floor is not None:
         record["below_min"] = info.below(floor)
     return record
@@ -144,7 +150,8 @@ def window(
     ),
     json_output: bool = JsonOption,
 ) -> None:
-    """The effective window per partition: the age of its oldest live id, with ids, bytes and sequence range.
+    """The effective window per partition: the age of its oldest live id, with ids, ids per hour, bytes and
+    sequence range.
 
     Example: dedupectl window -d /var/lib/dedupectl --min 24h
     """
@@ -154,7 +161,8 @@ def window(
     if json_output:
         print_json([_window_json(info, floor) for info in infos])
     else:
-        columns = ["partition", "ids", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq", "newest"]
+        columns = ["partition", "ids", "ids/h", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq"]
+        columns.append("newest")
         columns.append("window")
         if floor is not None:
             columns.append(f"≥ {format_duration(floor)}")
@@ -163,6 +171,7 @@ def window(
             row = [
                 info.partition,
                 _count(info.live_ids),
+                _count(None if info.ids_per_hour is None else round(info.ids_per_hour)),
                 format_size(info.disk_bytes),
                 _number(info.bytes_per_id),
                 _count(info.oldest_seq),

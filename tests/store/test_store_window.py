@@ -63,3 +63,45 @@ def test_window_min_exit_codes(two_partitions: Path):
     assert [row["partition"] for row in json.loads(below.stdout) if row["below_min"]] == [1]
     assert runner.invoke(app, ["window", *d, "-p", "0", "--min", "24h"]).exit_code == 0
     assert runner.invoke(app, ["window", *d, "-p", "0", "--min", "2d1h"]).exit_code == 1
+
+
+@pytest.fixture
+def a_day_of_ids(tmp_path: Path) -> Path:
+    """Partition 0 holds 2,400 ids published over the last 24 hours: 100 ids per hour."""
+    now_ms = int(time.time() * 1000)
+    data_dir = tmp_path / "data"
+    with DedupStore.open(data_dir / "events-0", topic="events", partition=0) as store:
+        store.record(_ids(0, 2_400), [now_ms - 24 * HOUR_MS + n * 36_000 for n in range(2_400)])
+        store.flush()
+    return data_dir
+
+
+def test_window_prints_ids_per_hour(a_day_of_ids: Path):
+    result = runner.invoke(app, ["window", "-d", str(a_day_of_ids), "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert 99 < row["ids_per_hour"] < 101
+    table = runner.invoke(app, ["window", "-d", str(a_day_of_ids)], terminal_width=200)
+    assert "ids/h" in table.stdout and "100" in table.stdout
+
+
+@pytest.mark.parametrize(("bound", "hours"), [("9600", 96), ("1200", 12)])
+def test_age_dry_run_gives_the_window_a_bound_would_keep(a_day_of_ids: Path, bound: str, hours: int):
+    """A larger bound ages nothing now, but answers what window it gives once full; a smaller one both."""
+    result = runner.invoke(app, ["age", "-d", str(a_day_of_ids), "--max-keys", bound, "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert 99 < row["ids_per_hour"] < 101
+    assert hours * 0.99 * 3600 < row["window_seconds_at_bound"] < hours * 1.01 * 3600
+    if hours > 24:
+        assert row["ids_aged"] == 0
+    else:
+        assert 11.9 * 3600 < row["window_seconds_after"] < 12.1 * 3600
+
+
+def test_age_dry_run_with_a_byte_bound_uses_the_store_bytes_per_id(a_day_of_ids: Path):
+    d = ["-d", str(a_day_of_ids)]
+    (info,) = json.loads(runner.invoke(app, ["window", *d, "--json"]).stdout)
+    twice = str(2 * info["sst_bytes"])  # twice the SST bytes hold twice the ids: 48 hours at 100 ids per hour
+    (row,) = json.loads(runner.invoke(app, ["age", *d, "--max-bytes", twice, "--dry-run", "--json"]).stdout)
+    assert 47.5 * 3600 < row["window_seconds_at_bound"] < 48.5 * 3600
