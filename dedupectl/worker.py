@@ -408,19 +408,35 @@ class Worker:
         self._crashpoint("after-commit")
         for plan in plans:
             store = self._partitions[plan.partition].store
-            last_output = output_offsets.get(plan.partition)
+            span = output_offsets.get(plan.partition)
             state = store.record(
                 plan.ids,
                 plan.timestamps_ms,
                 keys=plan.keys,
                 input_offset=plan.next_input_offset,
-                output_offset=None if last_output is None else last_output + 1,
+                output_offset=None if span is None else span[1] + 1,
+                output_offsets=self._published_at(plan, span),
             )
             self._account(plan, state.next_seq - state.first_live_seq)
             self._age(plan.partition, store)
         self._crashpoint("after-record")
         self.summary.batches += 1
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
+
+    @staticmethod
+    def _published_at(plan: _Plan, span: tuple[int, int] | None) -> range | None:
+        """Each published id's output offset: one transaction of the only writer of the partition puts them
+        at consecutive offsets. Should another producer have written in between, they are not known."""
+        if span is None:
+            return None
+        if span[1] - span[0] != len(plan.ids) - 1:
+            log.warning(
+                "partition %d: %d records took output offsets %d..%d: another producer writes to the output "
+                "partition; this batch is recorded without its offsets",
+                plan.partition, len(plan.ids), span[0], span[1],
+            )  # fmt: skip
+            return None
+        return range(span[0], span[1] + 1)
 
     def _plan(self, owned: _Partition, messages: list[Message]) -> _Plan:
         keys = list(map(Message.key, messages))
@@ -454,15 +470,17 @@ class Worker:
             next_input_offset=max(map(Message.offset, messages)) + 1,
         )
 
-    def _transact(self, plans: list[_Plan]) -> dict[int, int] | None:
-        """Publish and commit the batch; the output offset of each partition's last record, or None when
-        the transaction was aborted (the batch is then re-read from the committed offsets)."""
+    def _transact(self, plans: list[_Plan]) -> dict[int, tuple[int, int]] | None:
+        """Publish and commit the batch; the output offsets of each partition's first and last record, or None
+        when the transaction was aborted (the batch is then re-read from the committed offsets)."""
         config, producer = self.config, self._producer
-        last_offsets: dict[int, int] = {}
+        spans: dict[int, tuple[int, int]] = {}
 
         def remember(error, message) -> None:
             if error is None:
-                last_offsets[message.partition()] = message.offset()
+                offset = message.offset()
+                first, last = spans.get(message.partition(), (offset, offset))
+                spans[message.partition()] = (min(first, offset), max(last, offset))
 
         try:
             producer.begin_transaction()
@@ -498,17 +516,27 @@ class Worker:
         self.summary.commits += 1
         self.summary.last_committed_at = time.monotonic()
         self.metrics.transactions.labels("committed").inc()
-        return last_offsets
+        return spans
 
     def _produce_batch(self, plans: list[_Plan], remember: Callable) -> None:
-        """Produce every plan's records (and dead letters); ``remember`` hears each partition's last one."""
+        """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last."""
         config, produce = self.config, self._producer.produce
         output_topic = config.output_topic
         for plan in plans:
             partition, last = plan.partition, len(plan.ids) - 1
             headers = list(map(Message.headers, plan.records))
+            if last > 0:  # the first one reports its offset too: the store keeps where each id was published
+                self._produce_when_room(
+                    output_topic,
+                    plan.values[0],
+                    plan.ids[0],
+                    partition,
+                    on_delivery=remember,
+                    timestamp=plan.timestamps_ms[0],
+                    headers=headers[0],
+                )
             for value, message_id, timestamp, header in zip(
-                plan.values[:last], plan.ids[:last], plan.timestamps_ms[:last], headers[:last], strict=True
+                plan.values[1:last], plan.ids[1:last], plan.timestamps_ms[1:last], headers[1:last], strict=True
             ):
                 try:  # inline, not a helper call: this runs once per published record
                     produce(output_topic, value, message_id, partition, timestamp=timestamp, headers=header)

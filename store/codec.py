@@ -1,4 +1,4 @@
-"""Byte layout of the dedup store (schema version 3).
+"""Byte layout of the dedup store (schema version 4).
 
 Every id is stored exactly once, so the store costs about 22-25 bytes per retained ``ajs-`` + 32-hex id
 (schema 1 kept each id twice, in ``ids`` and in ``seq``: 50-80 bytes). Three column families, always written
@@ -18,13 +18,18 @@ together in one ``WriteBatch``:
                                                                          its sequence range (``dedupectl sst``)
 ``times``  key    ``>Q`` first sequence number of a batch (fixed-width big-endian: byte order is numeric
                   order; the seed's decimal strings sort "10" before "9")
-           value  ``>Bq`` delta width (2, 4 or 8; + 0x80 when digests end the value) | first timestamp (ms),
-                  [``>I`` count, when digests end the value,] then the other timestamps as big-endian deltas
-                  from their predecessor (publication order keeps deltas small), then (schema 3) the batch's
-                  digests: for each 512 ids in sequence order, 16 bytes of BLAKE2b-128 of their ``ids`` keys
-                  and lengths (``batch_digests``). Reconcile compares a stretch of the output with the store
-                  by these digests instead of looking up every id (``reconcile.lookup``); a batch that lost
-                  ids (``forget_many``) loses its digests.
+           value  ``>Bq`` delta width (2, 4 or 8; + 0x80 when digests end the value, + 0x40 when output
+                  offsets follow the deltas) | first timestamp (ms), [``>I`` count, when either flag is set,]
+                  then the other timestamps as big-endian deltas from their predecessor (publication order
+                  keeps deltas small), then (schema 4) the output offset each id was published at: ``>qB``
+                  first offset | delta width (0: consecutive offsets, nothing follows; else 1, 2, 4 or 8)
+                  and the other offsets' unsigned deltas; then (schema 3) the batch's digests: for each 512
+                  ids in sequence order, 16 bytes of BLAKE2b-128 of their ``ids`` keys and lengths
+                  (``batch_digests``). Reconcile compares a stretch of the output with the store by these
+                  digests instead of looking up every id (``reconcile.lookup``); a batch that lost ids
+                  (``forget_many``) loses its digests. The offsets say exactly which output offset the aging
+                  cut stands at (every record before it is older than the window) and where an id the store
+                  lost belongs (``DedupStore.output_offsets``).
 ``meta``   key ``identity`` value JSON ``{"schema_version", "topic", "partition", "created_ms"}``, written once
            key ``state``    value ``>QQqq``  next sequence | first live sequence | next input offset covered |
                             next output offset covered (-1: none yet)
@@ -39,8 +44,10 @@ every reader at once, whatever files still hold it; files whose whole range is b
 
 Offsets follow Kafka's commit convention: the *next* offset to read, so a fresh store holds -1.
 
-Versions. Schema 2 is schema 3 without digests: a schema-2 store opens, and a read-write open marks it 3
-(older builds then refuse it instead of misreading a digest); its old batches are reconciled id by id.
+Versions. Schema 2 is schema 3 without digests, and schema 3 is schema 4 without output offsets: such a store
+opens, and a read-write open marks it 4 (older builds then refuse it instead of misreading the new fields);
+its old batches are reconciled id by id, and where the aging cut falls in a batch without offsets, reconcile
+cannot place the cut exactly and says so.
 """
 
 from __future__ import annotations
@@ -58,8 +65,8 @@ from functools import lru_cache
 from itertools import accumulate, islice
 from operator import sub
 
-SCHEMA_VERSION = 3
-READABLE_SCHEMA_VERSIONS = (2, 3)  # 2: no digests in ``times`` (see Versions)
+SCHEMA_VERSION = 4
+READABLE_SCHEMA_VERSIONS = (2, 3, 4)  # 2: no digests in ``times``; 3: no output offsets (see Versions)
 MAX_ID_BYTES = 256
 
 CF_IDS = "ids"
@@ -92,11 +99,15 @@ _TIMES_HEAD = struct.Struct(">Bq")
 _DELTA_CODES = {2: "h", 4: "i", 8: "q"}
 DELTA_WIDTHS = tuple(_DELTA_CODES)  # bytes per timestamp delta, narrowest first
 TIMES_DIGEST_FLAG = 0x80
+TIMES_OFFSETS_FLAG = 0x40
+_COUNTED = TIMES_DIGEST_FLAG | TIMES_OFFSETS_FLAG  # a value with either carries its count
+_OFFSETS_HEAD = struct.Struct(">qB")
+_OFFSET_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
 DIGEST_BYTES = 16
 # Ids per digest: reconcile checks a partly covered chunk (at the edges of what it reads) id by id, so chunks
 # keep that small; a digest per 512 ids costs 0.03 bytes per id.
 DIGEST_CHUNK = 512
-_WIDTH_MASK = 0x7F
+_WIDTH_MASK = 0x3F
 _TIMES_COUNT = struct.Struct(">I")
 _DELTAS_WITH_COUNT = _TIMES_HEAD.size + _TIMES_COUNT.size  # a digested value's deltas start after its count
 _FULL_DECODE_FROM = 8  # timestamps wanted from one batch before decoding all of it is cheaper
@@ -316,36 +327,69 @@ def decode_seq(key: bytes) -> int:
 # -- timestamps ----------------------------------------------------------------------------------------
 
 
-def encode_times(timestamps_ms: Sequence[int], digests: bytes | None = None) -> bytes:
+def encode_times(
+    timestamps_ms: Sequence[int], digests: bytes | None = None, offsets: Sequence[int] | None = None
+) -> bytes:
     """One batch's record timestamps (int ms, negative read as 0): the first, then deltas as narrow as the widest
-    delta allows; with ``digests`` (``batch_digests`` of the batch's keys) the count, and the digests last."""
+    delta allows; with ``offsets`` (each id's output offset, ascending) those; with ``digests``
+    (``batch_digests`` of the batch's keys) the count, and the digests last."""
     stamps = timestamps_ms if min(timestamps_ms) >= 0 else [max(stamp, 0) for stamp in timestamps_ms]
     deltas = list(map(sub, islice(stamps, 1, None), stamps))  # C-level: the worker encodes every batch
+    packed_offsets = None if offsets is None else encode_offsets(offsets)
     for width in DELTA_WIDTHS:  # struct range-checks each delta as it packs: cheaper than finding the widest first
         try:
             body = struct.pack(f">{len(deltas)}{_DELTA_CODES[width]}", *deltas)
         except struct.error:
             continue
-        return pack_times(stamps[0], width, body, len(stamps), digests)
+        return pack_times(stamps[0], width, body, len(stamps), digests, packed_offsets)
     raise ValueError("a timestamp delta does not fit in 8 bytes")
 
 
-def pack_times(first: int, width: int, deltas: bytes, count: int, digests: bytes | None = None) -> bytes:
+def encode_offsets(offsets: Sequence[int]) -> bytes:
+    """The offsets section of a ``times`` value: the first offset, then nothing when the offsets are
+    consecutive (a worker batch: one transaction, one writer), else each one's distance from the one before."""
+    first, count = offsets[0], len(offsets)
+    if offsets[-1] - first == count - 1 and (count < 3 or all(map(int.__lt__, offsets, islice(offsets, 1, None)))):
+        return _OFFSETS_HEAD.pack(first, 0)
+    deltas = list(map(sub, islice(offsets, 1, None), offsets))
+    if min(deltas) <= 0:
+        raise ValueError("output offsets must ascend")
+    for width, code in _OFFSET_CODES.items():
+        try:
+            return _OFFSETS_HEAD.pack(first, width) + struct.pack(f">{len(deltas)}{code}", *deltas)
+        except struct.error:
+            continue
+    raise ValueError("an output offset delta does not fit in 8 bytes")
+
+
+def pack_times(
+    first: int,
+    width: int,
+    deltas: bytes,
+    count: int,
+    digests: bytes | None = None,
+    offsets: bytes | None = None,
+) -> bytes:
     """A ``times`` value from its parts: the first of ``count`` timestamps (not negative), the deltas of the
-    others packed big-endian ``width`` bytes each (one of ``DELTA_WIDTHS``), and the digests if any."""
-    if digests is None:
+    others packed big-endian ``width`` bytes each (one of ``DELTA_WIDTHS``), the offsets section
+    (``encode_offsets``) and the digests, if any."""
+    if digests is None and offsets is None:
         return _TIMES_HEAD.pack(width, first) + deltas
+    head = width | (0 if offsets is None else TIMES_OFFSETS_FLAG)
+    if digests is None:
+        return _TIMES_HEAD.pack(head, first) + _TIMES_COUNT.pack(count) + deltas + offsets
     wanted = digest_count(count)
     if len(digests) != wanted * DIGEST_BYTES:
         raise ValueError(f"{count} timestamps need {wanted} digests of {DIGEST_BYTES} bytes")
-    return _TIMES_HEAD.pack(width | TIMES_DIGEST_FLAG, first) + _TIMES_COUNT.pack(count) + deltas + digests
+    head |= TIMES_DIGEST_FLAG
+    return _TIMES_HEAD.pack(head, first) + _TIMES_COUNT.pack(count) + deltas + (offsets or b"") + digests
 
 
 def _times_layout(value: bytes) -> tuple[int, int, int, int]:
     """``(delta width, first timestamp, count, where the deltas start)`` of a ``times`` value."""
     head, first = _TIMES_HEAD.unpack_from(value)
     width = head & _WIDTH_MASK
-    if head & TIMES_DIGEST_FLAG:
+    if head & _COUNTED:
         return width, first, _TIMES_COUNT.unpack_from(value, _TIMES_HEAD.size)[0], _DELTAS_WITH_COUNT
     return width, first, 1 + (len(value) - _TIMES_HEAD.size) // width, _TIMES_HEAD.size
 
@@ -371,6 +415,40 @@ def times_count(value: bytes) -> int:
     return _times_layout(value)[2]
 
 
+def _offsets_section(value: bytes) -> tuple[int, int, int, int] | None:
+    """``(first offset, delta width, count, where the deltas start)``; None for a batch without offsets."""
+    if not value[0] & TIMES_OFFSETS_FLAG:
+        return None
+    width, _, count, start = _times_layout(value)
+    at = start + (count - 1) * width
+    first, offset_width = _OFFSETS_HEAD.unpack_from(value, at)
+    return first, offset_width, count, at + _OFFSETS_HEAD.size
+
+
+def times_offsets(value: bytes) -> list[int] | None:
+    """The output offset of each id of the batch, in sequence order; None for a batch recorded without them
+    (schema 3, or written by hand)."""
+    section = _offsets_section(value)
+    if section is None:
+        return None
+    first, width, count, start = section
+    if width == 0:
+        return list(range(first, first + count))
+    deltas = struct.unpack_from(f">{count - 1}{_OFFSET_CODES[width]}", value, start)
+    return list(accumulate(deltas, initial=first))
+
+
+def times_offset_at(value: bytes, index: int) -> int | None:
+    """The output offset of the batch's ``index``-th id (None: the batch has no offsets)."""
+    section = _offsets_section(value)
+    if section is None:
+        return None
+    first, width, _, start = section
+    if width == 0:
+        return first + index
+    return first + sum(struct.unpack_from(f">{index}{_OFFSET_CODES[width]}", value, start))
+
+
 def times_digests(value: bytes) -> bytes | None:
     """The digests a ``times`` value ends with (one per ``DIGEST_CHUNK`` ids, ``DIGEST_BYTES`` each); None for a
     batch without them (schema 2, or a batch that lost ids)."""
@@ -384,7 +462,11 @@ def without_digests(value: bytes) -> bytes:
     if not value[0] & TIMES_DIGEST_FLAG:
         return value
     width, first, count, start = _times_layout(value)
-    return _TIMES_HEAD.pack(width, first) + value[start : start + (count - 1) * width]
+    deltas = value[start : start + (count - 1) * width]
+    if not value[0] & TIMES_OFFSETS_FLAG:
+        return _TIMES_HEAD.pack(width, first) + deltas
+    offsets = value[start + (count - 1) * width : len(value) - digest_count(count) * DIGEST_BYTES]
+    return _TIMES_HEAD.pack(width | TIMES_OFFSETS_FLAG, first) + _TIMES_COUNT.pack(count) + deltas + offsets
 
 
 def digest_count(ids: int) -> int:

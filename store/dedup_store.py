@@ -53,8 +53,11 @@ from store.codec import (
     encode_seq_values,
     encode_state,
     encode_times,
+    seq_width,
     times_at,
     times_count,
+    times_offset_at,
+    times_offsets,
     without_digests,
 )
 from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
@@ -378,6 +381,121 @@ class DedupStore:
             found += times_at(value, [seq - first for seq in held])
         return found
 
+    def output_offsets(self, seqs: Sequence[int]) -> list[int | None]:
+        """The output offset each recorded sequence number was published at (None: its batch was recorded
+        without offsets); pass them sorted."""
+        found: list[int | None] = []
+        for _, first, value, held in self._times_batches(list(seqs)):
+            offsets = times_offsets(value)
+            found += [None] * len(held) if offsets is None else [offsets[seq - first] for seq in held]
+        return found
+
+    def window_start_offset(self) -> int | None:
+        """The output offset of the oldest live id: every output record before it is older than the window,
+        exactly. -1 while nothing has aged; None when the batch the cut falls in was recorded without
+        offsets (schema 3), so the cut cannot be placed in the output."""
+        state = self._state
+        if state.first_live_seq == 0:
+            return -1
+        if state.live_ids <= 0:  # everything recorded has aged: the window starts past the newest id
+            (newest,) = self.output_offsets([state.next_seq - 1])
+            return None if newest is None else newest + 1
+        return self.output_offsets([state.first_live_seq])[0]
+
+    def newest_output_offset(self) -> int | None:
+        """The output offset of the newest recorded id (-1: none recorded; None: recorded without offsets)."""
+        if self._state.next_seq == 0:
+            return -1
+        return self.output_offsets([self._state.next_seq - 1])[0]
+
+    def place(self, ids: Sequence[bytes], offsets: Sequence[int]) -> list[int | None]:
+        """Put ids the store lost back under the sequence numbers they were recorded with, found by the output
+        offset each was published at (``offsets``: the output holds ``ids[i]`` at ``offsets[i]``, so the number
+        recorded at that offset is that id's own); one WriteBatch. An id is placed only when a live batch
+        recorded exactly that offset and the id is absent; returns, for each id, the number it was put back
+        under (None: not placed).
+
+        This is how reconcile repairs a store inside its window without moving any id's place in the aging
+        order: an id appended with a new number would outlive newer ids and push one of them out."""
+        self._require_writable()
+        seq_of = self.seqs_published_at(offsets)
+        keys = encode_ids(ids)
+        batch = WriteBatch(raw_mode=True)
+        placed: list[int | None] = [None] * len(ids)
+        taken: set[int] = set()
+        keys_taken: set[bytes] = set()
+        cut = self._state.first_live_seq
+        for index, (key, value, offset) in enumerate(zip(keys, self.raw_values(keys), offsets, strict=True)):
+            seq = seq_of.get(offset)
+            if seq is None or seq in taken or key in keys_taken:
+                continue
+            if value is not None and int.from_bytes(value, "big") >= cut:
+                continue  # not lost: live under its own number
+            batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._ids_handle)
+            taken.add(seq)
+            keys_taken.add(key)
+            placed[index] = seq
+        if taken:
+            self._db.write(batch)
+            if self._seq_view is not None:
+                for message_id, seq in zip(ids, placed, strict=True):
+                    if seq is not None:
+                        self._seq_view.add(seq, [message_id])
+        return placed
+
+    def seqs_published_at(self, offsets: Sequence[int]) -> dict[int, int]:
+        """Live sequence number recorded at each of ``offsets``, where a batch with offsets holds it.
+
+        Sequence order is publication order, so the first is found by bisecting the live numbers, and the
+        rest by walking the batches forward from there."""
+        state = self._state
+        found: dict[int, int] = {}
+        offsets = sorted(set(offsets))
+        if not offsets or state.live_ids <= 0:
+            return found
+        low, high = state.first_live_seq, state.next_seq - 1
+        while low < high:  # the first live number published at or after offsets[0]
+            middle = (low + high) // 2
+            at = self._offset_at(middle)
+            if at is None:
+                return found
+            if at < offsets[0]:
+                low = middle + 1
+            else:
+                high = middle
+        it = self._times.iter()
+        try:
+            it.seek_for_prev(encode_seq(low))
+            wanted = 0
+            while it.valid() and wanted < len(offsets):
+                first, value = decode_seq(it.key()), it.value()
+                batch_offsets = times_offsets(value)
+                if batch_offsets is None:
+                    return found
+                by_offset = {offset: first + index for index, offset in enumerate(batch_offsets)}
+                while wanted < len(offsets) and offsets[wanted] <= batch_offsets[-1]:
+                    seq = by_offset.get(offsets[wanted])
+                    if seq is not None and seq >= state.first_live_seq:
+                        found[offsets[wanted]] = seq
+                    wanted += 1
+                it.next()
+        finally:
+            del it
+        return found
+
+    def _offset_at(self, seq: int) -> int | None:
+        it = self._times.iter()
+        try:
+            it.seek_for_prev(encode_seq(seq))
+            if not it.valid():
+                return None
+            first, value = decode_seq(it.key()), it.value()
+            if seq - first >= times_count(value):
+                return None
+            return times_offset_at(value, seq - first)
+        finally:
+            del it
+
     def _times_batches(self, seqs: list[int]) -> Iterator[tuple[bytes, int, bytes, list[int]]]:
         """For ``seqs`` (sorted), each ``times`` batch holding some of them, one seek per batch: its key, its
         first sequence number, its value and the numbers of ``seqs`` it holds."""
@@ -458,16 +576,20 @@ class DedupStore:
         *,
         input_offset: int | None = None,
         output_offset: int | None = None,
+        output_offsets: Sequence[int] | None = None,
         keys: list[bytes] | None = None,
     ) -> StoreState:
         """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch.
 
-        The caller guarantees the ids are absent from the store and distinct; ``keys``, when given, are
-        ``encode_ids(ids)`` computed already.
+        The caller guarantees the ids are absent from the store and distinct; ``output_offsets``, when known,
+        are where each id was published (ascending, past every offset recorded before); ``keys``, when given,
+        are ``encode_ids(ids)`` computed already.
         """
         self._require_writable()
         if len(ids) != len(timestamps_ms):
             raise ValueError(f"{len(ids)} ids but {len(timestamps_ms)} timestamps")
+        if output_offsets is not None and len(output_offsets) != len(ids):
+            raise ValueError(f"{len(ids)} ids but {len(output_offsets)} output offsets")
         state = self._state
         batch = WriteBatch(raw_mode=True)
         first = state.next_seq
@@ -484,7 +606,8 @@ class DedupStore:
                 put(keys[index], values[index], ids_handle)
             put(encode_marker(False, first + count - 1), b"", ids_handle)
             # the batch's digests let reconcile check a stretch of output against it without a lookup per id
-            put(encode_seq(first), encode_times(timestamps_ms, batch_digests(keys)), self._times_handle)
+            times = encode_times(timestamps_ms, batch_digests(keys), output_offsets)
+            put(encode_seq(first), times, self._times_handle)
         new_state = StoreState(
             next_seq=first + count,
             first_live_seq=state.first_live_seq,
