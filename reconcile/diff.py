@@ -67,6 +67,8 @@ REPEAT_OFFSETS_KEPT = 5
 # Ids of the store missing from the range are checked against the rest of the partition, held in memory
 # meanwhile: above this many they are reported unchecked and never removed (so many mean a wrong store).
 MAX_CANDIDATES = 100_000
+# Numbers given to ids that have no place in the store, to find their repeats: far above any real sequence
+UNPLACED_NUMBERS = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,9 @@ def reconcile_partition(
             unkeyed_records=comparison.unkeyed,
             seq_window=window,
             applied=apply,
-            recorded=comparison.missing if apply else 0,
+            recorded=comparison.missing - comparison.unplaceable if apply else 0,
+            put_back=comparison.placed,
+            unplaceable=comparison.unplaceable,
             removed=verdict.removed,
             published_outside_range=len(verdict.elsewhere),
             removal_skipped=verdict.removal_skipped,
@@ -141,6 +145,7 @@ def reconcile_partition(
             status=partition_status(
                 applied=apply,
                 missing=comparison.missing,
+                unplaceable=comparison.unplaceable,
                 unpublished=unpublished,
                 removed=verdict.removed,
                 removal_skipped=verdict.removal_skipped,
@@ -170,7 +175,8 @@ def _scan(
     def compare(batches: list[OutputBatch], looked_up: Future[GroupLookup]) -> int:
         reached = max(position, batches[-1].position)
         found = looked_up.result()
-        if not comparison.feed_run(found, advance_to=reached if may_advance else None):
+        first_offset = next((batch.offset(0) for batch in batches if batch.ids), None)
+        if not comparison.feed_run(found, advance_to=reached if may_advance else None, first_offset=first_offset):
             for batch, lookup in zip(batches, found.per_batch(comparison.store), strict=True):
                 comparison.feed(batch, lookup, advance_to=batch.position if may_advance else None)
         if on_batch is not None:
@@ -255,6 +261,15 @@ class _Comparison:
         self.seen = SeqBitmap()  # numbers matched by a scanned record
         self.repeated = SeqBitmap()  # numbers already counted as duplicated ids
         self.scratch = None if apply else ScratchIds()
+        self.unplaced = ScratchIds()  # ids missing inside the recorded stretch that have no place to go back to
+        self.next_unplaced = UNPLACED_NUMBERS
+        # the output offset of the oldest live id (None: its batch has no offsets) and where the recorded
+        # stretch ends: an id the store lacks goes back in its place before that, is appended after it
+        self.cut_offset = store.window_start_offset()
+        newest = store.newest_output_offset()
+        self.offsets_known = newest is not None
+        self.tail_from = newest + 1 if newest is not None else max(self.before.output_offset, 0)
+        self.placed = self.unplaceable = 0
         self.window_low: int | None = None
         self.window_high: int | None = None  # exclusive
         self.scanned = self.missing = self.missing_in_tail = self.unkeyed = self.older_than_window = 0
@@ -268,14 +283,15 @@ class _Comparison:
     def __exit__(self, *exc: object) -> None:
         if self.scratch is not None:
             self.scratch.close()
+        self.unplaced.close()
 
     # -- scanning ------------------------------------------------------------------------------------
 
-    def feed_run(self, group: GroupLookup, advance_to: int | None) -> bool:
+    def feed_run(self, group: GroupLookup, advance_to: int | None, first_offset: int | None = None) -> bool:
         """The fast path: a whole group that matched one run of numbers nobody matched before (the common
         case, a healthy store read in publication order). False, changing nothing, when it is not that."""
         first = group.run_start
-        if first is None:
+        if first is None or self.reaches_before_cut(first_offset):
             return False
         stop = first + group.count
         if stop > self.limit or not self.seen.run_is_clear(first, stop):
@@ -292,15 +308,17 @@ class _Comparison:
         self.scanned += len(ids)
         new_ids: list[bytes] = []
         new_timestamps: list[int] = []
-        if looked_up.run_start is not None:  # all present, in order: the common case, one run
+        new_offsets: list[int] | None = [] if self.offsets_known else None
+        if looked_up.run_start is not None and not self.reaches_before_cut(batch.offset(0) if ids else None):
+            # all present, in order: the common case, one run
             first = looked_up.run_start
             for seq in self.seen.add_run(first, first + len(ids)):
                 self._duplicate(ids[seq - first], seq, batch, seq - first)
             self._widen(first, first + len(ids) - 1)
         elif ids:
-            self._compare_each(batch, looked_up.seqs, new_ids, new_timestamps)
+            self._compare_each(batch, list(looked_up.seqs), new_ids, new_timestamps, new_offsets)
         if self.apply and (new_ids or advance_to is not None):
-            state = self.store.record(new_ids, new_timestamps, output_offset=advance_to)
+            state = self.store.record(new_ids, new_timestamps, output_offset=advance_to, output_offsets=new_offsets)
             if state.next_seq != self.next_new:  # only this process writes: the lock says so
                 raise RuntimeError(f"store sequence moved to {state.next_seq}, expected {self.next_new}")
         elif new_ids:
@@ -316,17 +334,38 @@ class _Comparison:
             found = look_up(self.store, [ids[i] for i in absent]).seqs
         for i, seq in zip(absent, found, strict=True):
             seqs[i] = seq
+        if self.unplaced.size:  # ids with no place in the store (--apply): their repeats are repeats
+            still = [i for i in absent if seqs[i] is None]
+            for i, seq in zip(still, self.unplaced.lookup_many([ids[i] for i in still]), strict=True):
+                seqs[i] = seq
 
     def _compare_each(
-        self, batch: OutputBatch, seqs: list[int | None], new_ids: list[bytes], new_timestamps: list[int]
+        self,
+        batch: OutputBatch,
+        seqs: list[int | None],
+        new_ids: list[bytes],
+        new_timestamps: list[int],
+        new_offsets: list[int] | None,
     ) -> None:
         ids = batch.ids
         if None in seqs:
             self._found_since(ids, seqs)
+        placed = self._places(batch, seqs)
         found_now: dict[bytes, int] = {}
+        unplaced: list[tuple[bytes, int]] = []
         for i, (message_id, seq) in enumerate(zip(ids, seqs, strict=True)):
+            offset = batch.offset(i)
             if seq is None:
                 seq = found_now.get(message_id)
+            if seq is not None and self.cut_offset is not None and offset < self.cut_offset:
+                # an earlier copy of an id published again after it aged out: older than the window, as designed
+                self.older_than_window += 1
+                continue
+            if seq is None and message_id and offset in placed:
+                seq = placed[offset]  # lost from the store: it goes back under the number it was recorded with
+                found_now[message_id] = seq
+                self._count_missing(message_id, batch, i)
+                self.placed += 1
             if seq is not None:
                 if seq < self.limit:
                     self._widen(seq, seq)
@@ -336,10 +375,17 @@ class _Comparison:
             if not message_id:
                 self.unkeyed += 1
                 continue
-            offset = batch.offset(i)
-            if self.aged and self.window_low is None and offset < self.before.output_offset:
-                # before the first id the store still holds, in a store that has aged: aged out, as designed
+            if self._older_than_window(offset):
                 self.older_than_window += 1
+                continue
+            if offset < self.tail_from:  # inside the recorded stretch, and no batch recorded it: no place for it
+                seq = self.next_unplaced
+                self.next_unplaced += 1
+                found_now[message_id] = seq
+                self.seen.add(seq)
+                unplaced.append((message_id, seq))
+                self.unplaceable += 1
+                self._count_missing(message_id, batch, i)
                 continue
             seq = self.next_new
             self.next_new += 1
@@ -347,11 +393,53 @@ class _Comparison:
             self.seen.add(seq)
             new_ids.append(message_id)
             new_timestamps.append(batch.timestamp_ms(i))
-            self.missing += 1
-            if offset >= self.before.output_offset:
-                self.missing_in_tail += 1
-            if len(self._missing_samples) < self.sample_size:
-                self._missing_samples.append(MissingSample(show_id(message_id), offset, batch.timestamp_ms(i)))
+            if new_offsets is not None:
+                new_offsets.append(offset)
+            self.tail_from = offset + 1
+            self._count_missing(message_id, batch, i)
+        if unplaced:
+            self.unplaced.put_many(*zip(*unplaced, strict=True))
+
+    def _count_missing(self, message_id: bytes, batch: OutputBatch, index: int) -> None:
+        offset = batch.offset(index)
+        self.missing += 1
+        if offset >= self.before.output_offset:
+            self.missing_in_tail += 1
+        if len(self._missing_samples) < self.sample_size:
+            self._missing_samples.append(MissingSample(show_id(message_id), offset, batch.timestamp_ms(index)))
+
+    def _older_than_window(self, offset: int) -> bool:
+        """Whether an output record the store lacks was published before the store's oldest live id."""
+        if self.cut_offset is not None:
+            return offset < self.cut_offset  # exact: the cut's own batch says where it stands in the output
+        # a cut in a batch recorded without offsets (schema 3): before the first id the range matched
+        return self.aged and self.window_low is None and offset < self.before.output_offset
+
+    def reaches_before_cut(self, first_offset: int | None) -> bool:
+        """Records from ``first_offset`` on may include copies older than the window (the exact path sorts
+        them out)."""
+        return self.cut_offset is not None and first_offset is not None and first_offset < self.cut_offset
+
+    def _places(self, batch: OutputBatch, seqs: list[int | None]) -> dict[int, int]:
+        """For the batch's ids the store lacks inside its recorded stretch, the number each was recorded with
+        (by its output offset; with apply, put back now): offset -> seq."""
+        if self.cut_offset is None:
+            return {}
+        cut, tail = self.cut_offset, self.tail_from
+        lost = [i for i, seq in enumerate(seqs) if seq is None and batch.ids[i] and cut <= batch.offset(i) < tail]
+        if not lost:
+            return {}
+        offsets = [batch.offset(i) for i in lost]
+        lost_ids = [batch.ids[i] for i in lost]
+        if self.apply:
+            numbers = self.store.place(lost_ids, offsets)
+            return {offset: seq for offset, seq in zip(offsets, numbers, strict=True) if seq is not None}
+        places = self.store.seqs_published_at(offsets)
+        found = [(message_id, places[offset]) for message_id, offset in zip(lost_ids, offsets, strict=True)
+                 if offset in places]  # fmt: skip
+        if found:  # a dry run remembers them where their repeats further on look
+            self.scratch.put_many(*zip(*found, strict=True))
+        return places
 
     def _widen(self, low: int, high: int) -> None:
         """Extend the window by numbers ``low..high`` (only those that existed before this run)."""

@@ -11,6 +11,7 @@ IN_SYNC = "in sync"
 REPAIRED = "repaired"
 OUT_OF_SYNC = "out of sync"
 DUPLICATES = "duplicates in output"
+NO_STORE = "no store"
 
 
 def show_id(message_id: bytes) -> str:
@@ -82,6 +83,8 @@ class PartitionReport:
     seq_window: tuple[int, int] | None  # store sequence numbers the range maps to, [first, last)
     applied: bool
     recorded: int  # ids --apply added to the store
+    put_back: int  # of the missing ids, those the store lost inside its window (back under their own numbers)
+    unplaceable: int  # missing ids inside the recorded stretch that no batch recorded: --apply leaves them out
     removed: int  # ids --apply removed from the store (unpublished, and absent from the whole output)
     published_outside_range: int  # window ids missing from the range that the output holds elsewhere
     removal_skipped: str | None
@@ -97,11 +100,18 @@ class PartitionReport:
 
 
 def partition_status(
-    *, applied: bool, missing: int, unpublished: int, removed: int, removal_skipped: str | None, duplicates: int
+    *,
+    applied: bool,
+    missing: int,
+    unpublished: int,
+    removed: int,
+    removal_skipped: str | None,
+    duplicates: int,
+    unplaceable: int = 0,
 ) -> str:
     """The one-word verdict: out of sync (left to repair) > duplicates (reconcile cannot repair the output) >
     repaired > in sync."""
-    left_missing = 0 if applied else missing
+    left_missing = unplaceable if applied else missing
     left_unpublished = unpublished - removed if applied else unpublished
     if left_missing or left_unpublished or removal_skipped:
         return OUT_OF_SYNC
@@ -119,10 +129,15 @@ class ReconcileReport:
     applied: bool
     partitions: tuple[PartitionReport, ...]
     seconds: float
+    without_store: tuple[int, ...] = ()  # partitions of the topic (--all) with no store in the data dir
+    data_dir: str = ""
 
     @property
     def exit_code(self) -> int:
-        """0: in sync (or repaired); 1: differences left (not applied, or duplicates the output holds)."""
+        """0: in sync (or repaired); 1: differences left (not applied, or duplicates the output holds), or a
+        partition without a store."""
+        if self.without_store:
+            return 1
         return 0 if all(report.status in (IN_SYNC, REPAIRED) for report in self.partitions) else 1
 
     @property

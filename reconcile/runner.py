@@ -41,7 +41,7 @@ class ReconcileRequest:
     input_topic: str  # stores are named after the input topic
     output_topic: str
     data_dir: Path
-    partitions: tuple[int, ...] | None  # None: every partition with a store in data_dir
+    partitions: tuple[int, ...] | None  # None: every partition of the output topic
     start: Bound | None = None
     stop: Bound | None = None
     apply: bool = False
@@ -65,6 +65,11 @@ def run_reconcile(request: ReconcileRequest, progress: ProgressSink | None = Non
     check_order(request.start, request.stop)
     count = partition_counts(request.kafka, [request.output_topic])[request.output_topic]
     partitions = _partitions(request, count)
+    without_store: tuple[int, ...] = ()
+    if request.partitions is None:  # every partition of the topic: one without a store is a finding
+        held = {p for topic, p, _ in list_store_dirs(request.data_dir) if topic == request.input_topic}
+        without_store = tuple(p for p in partitions if p not in held)
+        partitions = [p for p in partitions if p in held]
     with ExitStack() as stack:
         stores = {p: stack.enter_context(_open_store(request, p)) for p in partitions}
         ranges = _resolve_ranges(request, partitions)
@@ -75,6 +80,8 @@ def run_reconcile(request: ReconcileRequest, progress: ProgressSink | None = Non
         applied=request.apply,
         partitions=tuple(reports),
         seconds=round(time.monotonic() - started, 3),
+        without_store=without_store,
+        data_dir=str(request.data_dir),
     )
 
 
@@ -86,7 +93,7 @@ def _partitions(request: ReconcileRequest, count: int) -> list[int]:
                 f"no dedup stores of topic {request.input_topic!r} in {request.data_dir}",
                 "check --data-dir and --input-topic (stores are named <input topic>-<partition>)",
             )
-        wanted = found
+        wanted = sorted(set(found) | set(range(count)))  # a store past the topic's partitions is refused below
     else:
         wanted = sorted(set(request.partitions))
     for partition in wanted:

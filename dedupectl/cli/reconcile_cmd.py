@@ -20,7 +20,7 @@ from dedupectl.cli.output import console, err_console, print_error, print_json, 
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
 from reconcile.ranges import FORMS, parse_bound
-from reconcile.report import PartitionReport, ReconcileReport
+from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
 from reconcile.runner import ReconcileRequest, run_reconcile
 
 
@@ -28,7 +28,9 @@ def reconcile(
     partition: list[int] | None = typer.Option(
         None, "--partition", "-p", help="Output partition to reconcile (repeatable)."
     ),
-    all_partitions: bool = typer.Option(False, "--all", help="Every partition with a store in --data-dir."),
+    all_partitions: bool = typer.Option(
+        False, "--all", help="Every partition of the output topic; one without a store in --data-dir is reported."
+    ),
     start: str | None = typer.Option(
         None, "--from", help=f"First offset or time, inclusive (default: the first retained): {FORMS}."
     ),
@@ -147,6 +149,7 @@ def _as_dict(report: ReconcileReport) -> dict:
         "applied": report.applied,
         "seconds": report.seconds,
         "partitions": list(report.partitions),
+        "partitions_without_store": list(report.without_store),
     }
 
 
@@ -166,6 +169,8 @@ def _render(report: ReconcileReport) -> None:
                 p.status,
             )
         )
+    rows += [(p, "", "", "", "", "", "", NO_STORE) for p in report.without_store]
+    rows.sort(key=lambda row: row[0])
     print_table(
         f"reconcile {report.output_topic} (store: {report.input_topic}){' --apply' if report.applied else ''}",
         [
@@ -197,12 +202,29 @@ def _render(report: ReconcileReport) -> None:
             (p.older_than_window, "ids older than the store's window (aged out, as designed)"),
             (p.unkeyed_records, "records without a key (not written by the worker)"),
             (p.published_outside_range, "ids kept in the store: the output holds them outside the range"),
+            (
+                p.put_back,
+                "ids the store had lost inside its window: put back under their own sequence numbers"
+                if p.applied
+                else "ids the store lost inside its window: --apply puts them back in their place",
+            ),
+            (
+                p.unplaceable,
+                "ids missing inside the store's recorded stretch with no place in its aging order "
+                "(not recorded): rebuild the store from the output, see docs/runbooks/rebuild-lost-store.md",
+            ),
         ]
         for count, what in notes:
             if count:
                 console.print(f"partition {p.partition}: {count:,} {what}")
         if p.removal_skipped:
             console.print(f"partition {p.partition}: nothing removed: {p.removal_skipped}")
+    for partition in report.without_store:
+        console.print(
+            f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
+            "it from the output (its recovery logs how far back it reads); if the output no longer holds the "
+            "whole window, see docs/runbooks/rebuild-lost-store.md"
+        )
     rate = report.records_scanned / report.seconds if report.seconds else 0.0
     console.print(f"{report.records_scanned:,} records in {report.seconds:.1f}s ({rate:,.0f}/s)")
     repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)

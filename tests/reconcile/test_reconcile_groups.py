@@ -18,8 +18,8 @@ def fast_path(monkeypatch) -> list[bool]:
     taken: list[bool] = []
     feed_run = reconcile.diff._Comparison.feed_run
 
-    def spy(self, group, advance_to):
-        taken.append(feed_run(self, group, advance_to))
+    def spy(self, group, advance_to, first_offset=None):
+        taken.append(feed_run(self, group, advance_to, first_offset))
         return taken[-1]
 
     monkeypatch.setattr(reconcile.diff._Comparison, "feed_run", spy)
