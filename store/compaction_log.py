@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dedupectl.errors import ConfigError
+from store.codec import COLUMN_FAMILIES
 from store.rocks_log import LogLine, log_files, read_lines
 
 _EVENT = re.compile(r"EVENT_LOG_v1 (\{.*\})\s*$")
@@ -213,13 +215,43 @@ def _clock(stamp: str) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def read_jobs(store_dir: Path, last: int | None = None) -> list[Job]:
-    """Flush, compaction and FIFO-deletion jobs in the store's LOG files, oldest first (the ``last`` ones)."""
+JOB_KINDS = ("flush", "compaction", "deletion")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs to show: of these families and kinds (empty: any)."""
+
+    families: frozenset[str] = frozenset()
+    kinds: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(self.kinds - set(JOB_KINDS))
+        if unknown:
+            raise ConfigError(f"unknown job kind {unknown[0]!r}", _choices(JOB_KINDS))
+        unknown = sorted(self.families - set(COLUMN_FAMILIES))
+        if unknown:
+            raise ConfigError(f"unknown family {unknown[0]!r}", _choices(COLUMN_FAMILIES))
+
+    def matches(self, job: Job) -> bool:
+        return (not self.families or job.family in self.families) and (not self.kinds or job.kind in self.kinds)
+
+
+ANY_JOB = JobFilter()
+
+
+def _choices(names: Sequence[str]) -> str:
+    return f"use {', '.join(names[:-1])} or {names[-1]}"
+
+
+def read_jobs(store_dir: Path, last: int | None = None, only: JobFilter = ANY_JOB) -> list[Job]:
+    """Flush, compaction and FIFO-deletion jobs in the store's LOG files that ``only`` matches, oldest first
+    (the ``last`` ones)."""
     parser = JobParser()
     for path in log_files(store_dir):
         for line in read_lines(path)[0]:
             parser.feed(line)
-    jobs = parser.finished_jobs()
+    jobs = [job for job in parser.finished_jobs() if only.matches(job)]
     return jobs[-last:] if last else jobs
 
 
@@ -256,14 +288,17 @@ def follow_jobs(
     stop: Callable[[], bool],
     poll_seconds: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
+    only: JobFilter = ANY_JOB,
 ) -> Iterator[tuple[int, Job]]:
-    """Yield ``(index of the store dir, job)`` for each job that finishes from now on, until ``stop()``."""
+    """Yield ``(index of the store dir, job)`` for each job ``only`` matches that finishes from now on, until
+    ``stop()``."""
     followers = [LogFollower(path) for path in store_dirs]
     while not stop():
         quiet = True
         for index, follower in enumerate(followers):
             for job in follower.poll():
                 quiet = False
-                yield index, job
+                if only.matches(job):
+                    yield index, job
         if quiet:
             sleep(poll_seconds)

@@ -19,7 +19,7 @@ from dedupectl.cli.common import JsonOption
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy
-from store.compaction_log import Job, follow_jobs, read_jobs
+from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
 from store.inspect_stats import StoreStats, store_stats
 from store.operations import age_stores, compact_stores, list_sst, lookup_ids
 from store.selection import StoreRef, select_stores
@@ -357,6 +357,10 @@ def compactions(
     topic: str | None = TopicOption,
     partition: list[int] | None = PartitionOption,
     last: int = typer.Option(20, "--last", "-n", help="How many recent jobs per partition."),
+    family: list[str] | None = typer.Option(None, "--family", "-f", help="ids, times or meta (repeatable)."),
+    kind: list[str] | None = typer.Option(
+        None, "--kind", "-k", help="flush, compaction or deletion (aging's file drops) (repeatable)."
+    ),
     follow: bool = typer.Option(False, "--follow", help="Keep watching and print each job as it finishes."),
     follow_seconds: float | None = typer.Option(
         None, "--follow-seconds", help="With --follow: stop after this many seconds."
@@ -365,12 +369,13 @@ def compactions(
 ) -> None:
     """Recent flush and compaction jobs from each store's LOG: reason, inputs per level, output, bytes, keys.
 
-    Example: dedupectl compactions -d /var/lib/dedupectl -p 0 --follow
+    Example: dedupectl compactions -d /var/lib/dedupectl -p 0 -f ids -k flush --follow
     """
     if last <= 0:
         raise ConfigError(f"--last must be positive, got {last}")
+    only = JobFilter(families=frozenset(family or ()), kinds=frozenset(kind or ()))
     refs = _refs(data_dir, topic, partition)
-    recent = [(ref.partition, job) for ref in refs for job in read_jobs(ref.path, last=last)]
+    recent = [(ref.partition, job) for ref in refs for job in read_jobs(ref.path, last=last, only=only)]
     if json_output and not follow:
         print_json([{"partition": p, **asdict(job), "keys_dropped": job.keys_dropped} for p, job in recent])
         return
@@ -382,7 +387,9 @@ def compactions(
     err_console.print("following (Ctrl-C to stop)", highlight=False)
     try:
         for index, job in follow_jobs(
-            [ref.path for ref in refs], stop=lambda: deadline is not None and time.monotonic() >= deadline
+            [ref.path for ref in refs],
+            stop=lambda: deadline is not None and time.monotonic() >= deadline,
+            only=only,
         ):
             if json_output:
                 print_json({"partition": refs[index].partition, **asdict(job), "keys_dropped": job.keys_dropped})

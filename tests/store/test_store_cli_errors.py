@@ -53,6 +53,8 @@ def _plain_rocksdb(path: Path) -> None:
         (["age", "-d", "{data}"], "no bound given: pass --max-keys and/or --max-bytes"),
         (["window", "-d", "{data}", "--min", "a day"], "--min 'a day' is not a duration"),
         (["compactions", "-d", "{data}", "--last", "0"], "--last must be positive"),
+        (["compactions", "-d", "{data}", "-k", "merge"], "unknown job kind 'merge': use flush, compaction or deletion"),
+        (["compactions", "-d", "{data}", "-f", "seq"], "unknown family 'seq': use ids, times or meta"),
         (["sst", "-d", "{data}", "-f", "seq"], "unknown family 'seq': use ids, times or meta"),
     ],
 )
