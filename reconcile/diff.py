@@ -267,7 +267,6 @@ class _Comparison:
         # stretch ends: an id the store lacks goes back in its place before that, is appended after it
         self.cut_offset = store.window_start_offset()
         newest = store.newest_output_offset()
-        self.offsets_known = newest is not None
         self.tail_from = newest + 1 if newest is not None else max(self.before.output_offset, 0)
         self.placed = self.unplaceable = 0
         self.window_low: int | None = None
@@ -308,7 +307,7 @@ class _Comparison:
         self.scanned += len(ids)
         new_ids: list[bytes] = []
         new_timestamps: list[int] = []
-        new_offsets: list[int] | None = [] if self.offsets_known else None
+        new_offsets: list[int] = []  # appended ids come after every offset recorded before: ascending
         if looked_up.run_start is not None and not self.reaches_before_cut(batch.offset(0) if ids else None):
             # all present, in order: the common case, one run
             first = looked_up.run_start
@@ -345,7 +344,7 @@ class _Comparison:
         seqs: list[int | None],
         new_ids: list[bytes],
         new_timestamps: list[int],
-        new_offsets: list[int] | None,
+        new_offsets: list[int],
     ) -> None:
         ids = batch.ids
         if None in seqs:
@@ -393,8 +392,7 @@ class _Comparison:
             self.seen.add(seq)
             new_ids.append(message_id)
             new_timestamps.append(batch.timestamp_ms(i))
-            if new_offsets is not None:
-                new_offsets.append(offset)
+            new_offsets.append(offset)
             self.tail_from = offset + 1
             self._count_missing(message_id, batch, i)
         if unplaced:

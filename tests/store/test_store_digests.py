@@ -51,22 +51,26 @@ def test_each_batch_has_the_digests_of_its_keys_until_it_loses_an_id(tmp_path):
         assert store.timestamps([0, 12, 29]) == [1, 2, 3]  # the timestamps stay
 
 
-def test_a_schema_2_store_opens_and_is_marked_3_when_written(tmp_path):
+@pytest.mark.parametrize("old", [2, 3])
+def test_an_older_schema_opens_and_is_marked_4_when_written(tmp_path, old):
     path = tmp_path / "in-0"
     with DedupStore.open(path, topic="in", partition=0) as store:
         store.record(_ids(0, 5), [1] * 5)
-    _set_schema(path, 2)
+    _set_schema(path, old)
     with DedupStore.open_secondary(path) as reader:  # read-only: left as it is
-        assert reader.identity.schema_version == 2 and reader.contains_many(_ids(0, 6)) == [True] * 5 + [False]
+        assert reader.identity.schema_version == old
+        assert reader.contains_many(_ids(0, 6)) == [True] * 5 + [False]
     with DedupStore.open(path, topic="in", partition=0) as store:
-        assert store.identity.schema_version == 3
+        assert store.identity.schema_version == 4
+        store.record(_ids(5, 10), [1] * 5, output_offsets=range(20, 25))  # old batches stay as they were
+        assert store.output_offsets([0, 4, 5, 9]) == [None, None, 20, 24]
     with DedupStore.open_existing(path) as store:
-        assert store.identity.schema_version == 3
+        assert store.identity.schema_version == 4
 
 
 def test_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     path = tmp_path / "in-0"
     DedupStore.open(path, topic="in", partition=0).close()
-    _set_schema(path, 4)
-    with pytest.raises(StoreVersionError, match="schema version 4; this dedupectl reads versions 2, 3"):
+    _set_schema(path, 5)
+    with pytest.raises(StoreVersionError, match="schema version 5; this dedupectl reads versions 2, 3, 4"):
         DedupStore.open_existing(path)
