@@ -70,3 +70,9 @@ def select_stores(data_dir: Path, topic: str | None = None, partitions: Sequence
             f"partitions there: {_ranges(list(by_partition))}",
         )
     return selected
+
+
+def partitions_without_store(refs: Sequence[StoreRef], partition_count: int) -> list[int]:
+    """Partitions ``0..partition_count-1`` of the stores' topic that have no store among ``refs``."""
+    held = {ref.partition for ref in refs}
+    return [partition for partition in range(partition_count) if partition not in held]

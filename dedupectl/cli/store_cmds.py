@@ -22,7 +22,7 @@ from store.aging import AgingPolicy
 from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
 from store.inspect_stats import StoreStats, store_stats
 from store.operations import age_stores, compact_stores, list_sst, lookup_ids
-from store.selection import StoreRef, select_stores
+from store.selection import StoreRef, partitions_without_store, select_stores
 from store.sizes import format_duration, format_size, parse_duration, parse_size
 from store.window import WindowInfo, read_windows
 
@@ -148,18 +148,28 @@ def window(
     minimum: str | None = typer.Option(
         None, "--min", help="Exit 1 when any partition's window is shorter than this, e.g. 24h (for alerting)."
     ),
+    partition_count: int | None = typer.Option(
+        None,
+        "--partitions",
+        min=1,
+        help="The topic's partition count: a partition below it with no store here is reported (exit 1).",
+    ),
     json_output: bool = JsonOption,
 ) -> None:
     """The effective window per partition: the age of its oldest live id, with ids, ids per hour, bytes and
     sequence range.
 
-    Example: dedupectl window -d /var/lib/dedupectl --min 24h
+    Example: dedupectl window -d /var/lib/dedupectl --min 24h --partitions 16
     """
     floor = None if minimum is None else parse_duration(minimum, what="--min")
-    infos = read_windows(_refs(data_dir, topic, partition))
+    refs = _refs(data_dir, topic, partition)
+    infos = read_windows(refs)
     below = [info for info in infos if floor is not None and info.below(floor)]
+    missing = [] if partition_count is None or partition else partitions_without_store(refs, partition_count)
     if json_output:
-        print_json([_window_json(info, floor) for info in infos])
+        records = [{**_window_json(info, floor), "no_store": False} for info in infos]
+        records += [{"topic": refs[0].topic, "partition": p, "no_store": True} for p in missing]
+        print_json(sorted(records, key=lambda record: record["partition"]))
     else:
         columns = ["partition", "ids", "ids/h", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq"]
         columns.append("newest")
@@ -183,14 +193,22 @@ def window(
             if floor is not None:
                 row.append("[red]BELOW[/]" if info.below(floor) else "ok")
             rows.append(row)
+        rows += [[p, *["-"] * (len(columns) - 2), "[red]no store[/]"] for p in missing]
+        rows.sort(key=lambda row: row[0])
         print_table(f"effective window ({infos[0].topic})" if infos else "effective window", columns, rows)
+        for p in missing:
+            err_console.print(
+                f"partition {p}: no store in {data_dir}: the worker that takes it rebuilds it from the output; "
+                "if the output no longer holds the whole window, see docs/runbooks/rebuild-lost-store.md",
+                highlight=False,
+            )
         if below:
             err_console.print(
                 f"{len(below)} partition(s) below {format_duration(floor)}: see docs/runbooks/"
                 "effective-window-below-24h.md",
                 highlight=False,
             )
-    if below:
+    if below or missing:
         raise typer.Exit(1)
 
 

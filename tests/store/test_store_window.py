@@ -105,3 +105,15 @@ def test_age_dry_run_with_a_byte_bound_uses_the_store_bytes_per_id(a_day_of_ids:
     twice = str(2 * info["sst_bytes"])  # twice the SST bytes hold twice the ids: 48 hours at 100 ids per hour
     (row,) = json.loads(runner.invoke(app, ["age", *d, "--max-bytes", twice, "--dry-run", "--json"]).stdout)
     assert 47.5 * 3600 < row["window_seconds_at_bound"] < 48.5 * 3600
+
+
+def test_window_reports_partitions_without_a_store(two_partitions: Path):
+    d = ["-d", str(two_partitions)]
+    result = runner.invoke(app, ["window", *d, "--partitions", "4", "--json"])
+    assert result.exit_code == 1
+    rows = json.loads(result.stdout)
+    assert [(row["partition"], row["no_store"]) for row in rows] == [(0, False), (1, False), (2, False), (3, True)]
+    shown = runner.invoke(app, ["window", *d, "--partitions", "4"])
+    assert shown.exit_code == 1
+    assert "partition 3: no store in" in " ".join(shown.output.split())
+    assert runner.invoke(app, ["window", *d, "--partitions", "3"]).exit_code == 0  # every partition has one
