@@ -298,7 +298,11 @@ class Worker:
                 path = store_path(self.config.data_dir, self.config.input_topic, tp.partition)
                 created = not path.exists()
                 store = DedupStore.open(
-                    path, topic=self.config.input_topic, partition=tp.partition, shared=self._shared_memory
+                    path,
+                    topic=self.config.input_topic,
+                    partition=tp.partition,
+                    shared=self._shared_memory,
+                    window_ids=self.config.max_keys,  # the id filter is sized for what aging lets the store keep
                 )
                 self._partitions[tp.partition] = _Partition(tp.partition, store)
                 if created or (store.state.next_seq == 0 and store.state.output_offset < 0):

@@ -8,6 +8,8 @@ is the exact aging cut every reader applies.
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import shutil
 import struct
@@ -19,7 +21,8 @@ from itertools import repeat
 from operator import is_not
 from pathlib import Path
 
-from rocksdict import AccessType, Rdict, WriteBatch
+import numpy as np
+from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
 
 from dedupectl.errors import (
     DataDirError,
@@ -29,12 +32,15 @@ from dedupectl.errors import (
     StoreNotFoundError,
     StoreVersionError,
 )
+from store import id_filter as filters
 from store.codec import (
     CF_IDS,
     CF_META,
     CF_SEQ,
     CF_TIMES,
     COLUMN_FAMILIES,
+    IDS_LOWER,
+    IDS_UPPER,
     LEGACY_FAMILIES,
     META_IDENTITY,
     META_STATE,
@@ -60,12 +66,19 @@ from store.codec import (
     times_offsets,
     without_digests,
 )
+from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
 from store.seq_view import SeqView
+
+log = logging.getLogger(__name__)
 
 # rocksdict's multi-get costs more per key on long lists, likely RocksDB's sort of each list before it probes
 # the filters (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000)
 LOOKUP_CHUNK = 32
+FILTER_FILE = "id-filter"  # the id filter, saved beside the database when the store closes (store.id_filter)
+MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
+FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
+_SCAN_CHUNK = 100_000
 
 
 def _now_ms() -> int:
@@ -128,7 +141,17 @@ def _translate_open_error(path: Path, error: Exception) -> StoreError:
 class DedupStore:
     """The ids one partition has published. Not thread-safe: one worker thread owns a store."""
 
-    def __init__(self, db: Rdict, path: Path, identity: StoreIdentity, state: StoreState, writable: bool):
+    def __init__(
+        self,
+        db: Rdict,
+        path: Path,
+        identity: StoreIdentity,
+        state: StoreState,
+        writable: bool,
+        *,
+        filtered: bool = False,
+        window_ids: int | None = None,
+    ):
         self._db = db
         self.path = path
         self.identity = identity
@@ -142,15 +165,30 @@ class DedupStore:
         self._meta_handle = db.get_column_family_handle(CF_META)
         self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
         self._seq_view: SeqView | None = None
+        # the id filter in front of lookups: for the stores of a worker (``open``), made on first lookup
+        self._filtered = filtered
+        self._window_ids = window_ids
+        self._filter: IdFilter | None = None
+        self._opened_at_sequence = db.latest_sequence_number()
         if writable:
             self._ids.set_options(IDS_MUTABLE_OPTIONS)
 
     # -- opening -------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, topic: str, partition: int, shared: SharedMemory | None = None) -> DedupStore:
+    def open(
+        cls,
+        path: Path,
+        *,
+        topic: str,
+        partition: int,
+        shared: SharedMemory | None = None,
+        window_ids: int | None = None,
+    ) -> DedupStore:
         """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``shared`` is the
-        memtable budget and block cache it shares with the other stores of its worker."""
+        memtable budget and block cache it shares with the other stores of its worker. Its lookups go through
+        an id filter (``store.id_filter``) sized for ``window_ids``, the most ids aging lets it keep (None: no
+        bound, the filter grows with the store)."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +224,7 @@ class DedupStore:
                     "check --data-dir; never copy a store between partitions",
                 )
             identity = _upgrade_schema(db, identity)
-        return cls(db, path, identity, state, writable=True)
+        return cls(db, path, identity, state, writable=True, filtered=True, window_ids=window_ids)
 
     @staticmethod
     def _create(path: Path, identity: StoreIdentity) -> None:
@@ -331,7 +369,20 @@ class DedupStore:
 
     def contains_keys(self, keys: list[bytes]) -> list[bool]:
         """``contains_many`` for ids already encoded (``store.codec.encode_ids``): the worker encodes each
-        batch once, for this lookup and for ``record``."""
+        batch once, for this lookup and for ``record``. A worker's store asks its id filter first, and RocksDB
+        only about the ids the filter may hold."""
+        if not self._filtered or not keys:
+            return self.contains_keys_in_db(keys)
+        id_filter = self._filter if self._filter is not None else self._ready_filter()
+        maybe = np.flatnonzero(id_filter.may_hold(key_hashes(keys))).tolist()
+        found = [False] * len(keys)
+        if maybe:
+            for index, held in zip(maybe, self.contains_keys_in_db(list(map(keys.__getitem__, maybe))), strict=True):
+                found[index] = held
+        return found
+
+    def contains_keys_in_db(self, keys: list[bytes]) -> list[bool]:
+        """``contains_keys`` answered by RocksDB alone, without the id filter: what the filter must agree with."""
         cut = self._state.first_live_seq
         found = [False] * len(keys)
         for number, values in enumerate(self._value_lists(keys, LOOKUP_CHUNK)):
@@ -343,6 +394,95 @@ class DedupStore:
             else:
                 found[start : start + len(values)] = [v is not None and int.from_bytes(v, "big") >= cut for v in values]
         return found
+
+    # -- the id filter -------------------------------------------------------------------------------
+
+    @property
+    def filter_bytes(self) -> int:
+        """Memory the id filter takes (0 before the first lookup, and for stores without one)."""
+        return 0 if self._filter is None else self._filter.memory_bytes
+
+    def _ready_filter(self) -> IdFilter:
+        """The filter saved when the store last closed, if nothing has written since; else one built now."""
+        saved = self.path / FILTER_FILE
+        self._filter = filters.load(saved, self._filter_stamp())
+        saved.unlink(missing_ok=True)  # from here on it would be stale; close writes it again
+        if self._filter is None:
+            self._filter = self._build_filter()
+        return self._filter
+
+    def _filter_stamp(self) -> FilterStamp:
+        identity, state = self.identity, self._state
+        return FilterStamp(
+            topic=identity.topic,
+            partition=identity.partition,
+            created_ms=identity.created_ms,
+            db_sequence=self._db.latest_sequence_number(),
+            next_seq=state.next_seq,
+            first_live_seq=state.first_live_seq,
+        )
+
+    def _build_filter(self) -> IdFilter:
+        """A filter of every live id, read from the ``ids`` family, sized for the window (twice the ids held
+        when aging has no bound, so that a growing store builds one again only when it doubles)."""
+        started = time.monotonic()
+        state = self._state
+        window = max(self._window_ids or 0, 2 * state.live_ids, MIN_FILTER_WINDOW)
+        id_filter = IdFilter(math.ceil(window * FILTER_SLACK / (GROUPS - 1)))
+        if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
+            raise StoreError(f"store {self.path}: a new id filter cannot hold its window (a bug)")
+        added = 0
+        for keys, seqs in self._live_id_chunks():
+            if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                raise StoreError(f"store {self.path}: a new id filter found no room for its ids (a bug)")
+            added += len(keys)
+        if added > _SCAN_CHUNK:
+            log.info(
+                "%s[%d]: built the id filter of %d ids in %.1f s (%.0f MiB)",
+                self.identity.topic, self.identity.partition, added, time.monotonic() - started,
+                id_filter.memory_bytes / 2**20,
+            )  # fmt: skip
+        return id_filter
+
+    def _live_id_chunks(self) -> Iterator[tuple[list[bytes], list[int]]]:
+        """``(keys, seqs)`` of the live ids, a chunk at a time, in key order."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(IDS_UPPER)  # the batch markers are not ids
+        read.fill_cache(False)
+        cut = self._state.first_live_seq
+        keys: list[bytes] = []
+        seqs: list[int] = []
+        for key, value in self._ids.items(from_key=IDS_LOWER, read_opt=read):
+            seq = int.from_bytes(value, "big")
+            if seq >= cut:
+                keys.append(key)
+                seqs.append(seq)
+                if len(keys) >= _SCAN_CHUNK:
+                    yield keys, seqs
+                    keys, seqs = [], []
+        if keys:
+            yield keys, seqs
+
+    def _filter_add(self, keys: list[bytes], seqs: np.ndarray) -> None:
+        """Tell the filter about ids just written. Should it have no room (the window outgrew it), a new one
+        is built from the store, which holds them already."""
+        id_filter = self._filter
+        if id_filter is None:  # not made yet: when it is, it reads them from the store
+            return
+        cut = self._state.first_live_seq
+        if not (id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)):
+            self._filter = None  # never left half-updated: a filter that missed an id would let a duplicate by
+            self._filter = self._build_filter()
+
+    def _save_filter(self) -> None:
+        saved = self.path / FILTER_FILE
+        try:
+            if self._filter is not None:
+                filters.save(self._filter, saved, self._filter_stamp())
+            elif self._db.latest_sequence_number() != self._opened_at_sequence:
+                saved.unlink(missing_ok=True)  # written to without the filter: what is saved is stale
+        except OSError as error:  # the next open builds it again: slower, never wrong
+            log.warning("could not save the id filter of %s: %s", self.path, error)
 
     def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
         """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
@@ -437,6 +577,8 @@ class DedupStore:
             placed[index] = seq
         if taken:
             self._db.write(batch)
+            chosen = [index for index, seq in enumerate(placed) if seq is not None]
+            self._filter_add([keys[index] for index in chosen], np.array([placed[index] for index in chosen]))
             if self._seq_view is not None:
                 for message_id, seq in zip(ids, placed, strict=True):
                     if seq is not None:
@@ -617,6 +759,8 @@ class DedupStore:
         batch.put(META_STATE, encode_state(new_state), self._meta_handle)
         self._db.write(batch)
         self._state = new_state
+        if count:
+            self._filter_add(keys, np.arange(first, first + count, dtype=np.int64))
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state
@@ -668,6 +812,8 @@ class DedupStore:
     def close(self) -> None:
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
+            if self.writable:
+                self._save_filter()
             if self._seq_view is not None:
                 self._seq_view.close()
                 self._seq_view = None

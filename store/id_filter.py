@@ -1,0 +1,287 @@
+"""An in-memory filter of the ids a store holds: it answers most absent ids without asking RocksDB.
+
+RocksDB answers an absent id by probing the bloom filter of every ``ids`` file, and aging by sequence keeps
+one file per stretch of sequence numbers, so that cost grows with the ids held (docs/store-cost-model.md).
+This filter answers for the whole store by reading two buckets, whatever its size. Only the ids it may hold
+(the duplicates, and ``FALSE_POSITIVE_RATE`` of the others) go on to RocksDB for the exact answer. It never
+calls an id it was given absent: that would publish a duplicate.
+
+Layout: a cuckoo filter with partial keys (Fan et al., 2014). ``buckets`` rows of ``SLOTS`` 16-bit entries,
+each 0 (empty) or ``fingerprint << GROUP_BITS | group``. An id's 64-bit hash gives its fingerprint (never 0)
+and its first bucket; its second is ``(spread(fingerprint) - first) mod buckets``, so either bucket and the
+fingerprint give the other, and an entry can move to make room without its id. A lookup compares the
+fingerprint with the entries of both buckets, for a whole batch at once.
+
+Groups: each entry carries the group of the sequence numbers its id was recorded under: stretches of
+``span`` numbers, taking the ``GROUPS`` tags in turn. A tag is taken over by a newer stretch only once every
+number of its older one is below the aging cut; its old entries are cleared then, all at once. The filter so
+holds at most ``GROUPS`` stretches of ids, and is sized for that; when the window is wider the store builds a
+larger one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from hashlib import blake2b
+from pathlib import Path
+
+import numpy as np
+
+SLOTS = 8
+GROUP_BITS = 4
+GROUPS = 1 << GROUP_BITS
+FINGERPRINT_BITS = 16 - GROUP_BITS
+LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
+FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
+MAX_KICKS = 500
+FILE_FORMAT = 1
+HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
+
+_FP_MASK = np.uint16((1 << FINGERPRINT_BITS) - 1)
+_GROUP_MASK = np.uint16(GROUPS - 1)
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+_LANES = np.uint64(0x0001_0001_0001_0001)
+_LANE_TOPS = np.uint64(0x8000_8000_8000_8000)
+_FINGERPRINT_LANES = np.uint64(0xFFFF_FFFF_FFFF_FFFF ^ (0x0001_0001_0001_0001 * (GROUPS - 1)))
+_FIXED_WIDTHS = (17, 18)  # a packed UUID and a packed ajs- id (store.codec): hashed as arrays
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit moves every output bit."""
+    x = (x ^ (x >> np.uint64(30))) * _M2
+    x = (x ^ (x >> np.uint64(27))) * _M3
+    return x ^ (x >> np.uint64(31))
+
+
+def _fixed_hashes(joined: bytes, count: int, width: int) -> np.ndarray:
+    rows = np.frombuffer(joined, np.uint8).reshape(count, width)
+    words = np.ascontiguousarray(rows[:, width - 16 :]).view("<u8")
+    with np.errstate(over="ignore"):
+        mixed = words[:, 0] * _M1 ^ words[:, 1]
+        if width > 16:  # the tag bytes: two kinds of id with the same last 16 bytes hash apart
+            mixed ^= rows[:, 0].astype(np.uint64) * _M3
+        return _mix(mixed)
+
+
+def key_hashes(keys: Sequence[bytes]) -> np.ndarray:
+    """A 64-bit hash of each encoded id (``store.codec.encode_ids``), the same in every process."""
+    count = len(keys)
+    if count == 0:
+        return np.empty(0, np.uint64)
+    width = len(keys[0])
+    if width in _FIXED_WIDTHS and all(len(key) == width for key in keys):  # a batch of one kind: the usual
+        return _fixed_hashes(b"".join(keys), count, width)
+    hashes = np.empty(count, np.uint64)
+    lengths = np.fromiter(map(len, keys), np.int64, count)
+    for width in _FIXED_WIDTHS:
+        chosen = np.flatnonzero(lengths == width)
+        if chosen.size:
+            hashes[chosen] = _fixed_hashes(b"".join([keys[i] for i in chosen]), chosen.size, width)
+    for index in np.flatnonzero(~np.isin(lengths, _FIXED_WIDTHS)):
+        hashes[index] = int.from_bytes(blake2b(keys[index], digest_size=8).digest(), "little")
+    return hashes
+
+
+class IdFilter:
+    """The filter of one store; not thread-safe (the store's owner thread uses it)."""
+
+    def __init__(self, span: int, *, table: np.ndarray | None = None, group_starts: Sequence[int] | None = None):
+        if span <= 0:
+            raise ValueError(f"span must be positive, got {span}")
+        self.span = span
+        self.buckets = self.buckets_for(span)
+        if table is None:
+            table = np.zeros((self.buckets, SLOTS), np.uint16)
+        if table.shape != (self.buckets, SLOTS) or table.dtype != np.uint16:
+            raise ValueError(f"a table of shape {table.shape} does not fit span {span}")
+        self.table = table
+        self.group_starts = list(group_starts) if group_starts is not None else [-1] * GROUPS
+        self._rng = random.Random(span)
+        self._words = self.table.view(np.uint64)  # a bucket as two words: its eight slots compared at once
+        with np.errstate(over="ignore"):
+            every = np.arange(1 << FINGERPRINT_BITS, dtype=np.uint64)
+            self._spread = ((_mix(every + _M2) >> np.uint64(32)) * np.uint64(self.buckets) >> np.uint64(32)).astype(
+                np.int64
+            )
+
+    @staticmethod
+    def buckets_for(span: int) -> int:
+        return max(1, math.ceil(GROUPS * span / (SLOTS * LOAD)))
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.table.nbytes
+
+    @property
+    def capacity(self) -> int:
+        """Ids it holds at the load it is sized for: ``GROUPS`` stretches of ``span`` numbers."""
+        return GROUPS * self.span
+
+    # -- placing ------------------------------------------------------------------------------------------
+
+    def _parts(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        fingerprints = (hashes >> np.uint64(64 - FINGERPRINT_BITS)).astype(np.uint16)
+        fingerprints[fingerprints == 0] = 1
+        with np.errstate(over="ignore"):  # the low 32 bits scaled to [0, buckets): no division
+            first = (((hashes & np.uint64(0xFFFFFFFF)) * np.uint64(self.buckets)) >> np.uint64(32)).astype(np.int64)
+        return fingerprints, first, self._other(first, fingerprints)
+
+    def _other(self, bucket: np.ndarray, fingerprints: np.ndarray) -> np.ndarray:
+        other = self._spread[fingerprints] - bucket
+        other[other < 0] += self.buckets
+        return other
+
+    def group_of(self, seq: int) -> int:
+        return (seq // self.span) % GROUPS
+
+    def claim(self, first_seq: int, end_seq: int, cut: int) -> bool:
+        """Make the groups of numbers ``first_seq .. end_seq - 1`` theirs, clearing tags whose older stretch
+        is wholly below ``cut``. False when a tag still holds live ids of an older stretch: the window is
+        wider than this filter was sized for, and the store must build a larger one."""
+        if end_seq <= first_seq:
+            return True
+        for stretch in range(first_seq // self.span, (end_seq - 1) // self.span + 1):
+            tag, start = stretch % GROUPS, stretch * self.span
+            held = self.group_starts[tag]
+            if held == start:
+                continue
+            if held != -1 and not (held < start and held + self.span <= cut):
+                return False
+            if held != -1:
+                self.clear_group(tag)
+            self.group_starts[tag] = start
+        return True
+
+    def clear_group(self, tag: int) -> int:
+        """Empty every entry of one group (its ids are all below the cut); returns how many."""
+        table = self.table
+        chosen = (table != 0) & ((table & _GROUP_MASK) == tag)
+        cleared = int(chosen.sum())
+        table[chosen] = 0
+        return cleared
+
+    def add(self, hashes: np.ndarray, seqs: np.ndarray) -> bool:
+        """Add ids (their ``key_hashes``) recorded under ``seqs``, whose groups were claimed. False when one
+        found no room even by moving others: the filter may then have lost an entry and must be rebuilt."""
+        if hashes.size == 0:
+            return True
+        fingerprints, first, second = self._parts(hashes)
+        groups = ((seqs // self.span) % GROUPS).astype(np.uint16)
+        entries = (fingerprints << np.uint16(GROUP_BITS)) | groups
+        table = self.table
+        free_first = (table[first] == 0).sum(axis=1)
+        free_second = (table[second] == 0).sum(axis=1)
+        emptier = np.where(free_second > free_first, second, first)
+        fuller = np.where(free_second > free_first, first, second)
+        left = self._place(np.arange(hashes.size), emptier, entries)
+        left = self._place(left, fuller[left], entries)
+        return all(self._kick_in(int(entries[i]), int(first[i])) for i in left)
+
+    def _place(self, chosen: np.ndarray, buckets: np.ndarray, entries: np.ndarray) -> np.ndarray:
+        """Put ``entries[chosen]`` into ``buckets`` where a slot is free; returns those that did not fit."""
+        if chosen.size == 0:
+            return chosen
+        order = np.argsort(buckets, kind="stable")
+        chosen, buckets = chosen[order], buckets[order]
+        starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+        rank = np.arange(buckets.size) - np.repeat(starts, np.diff(np.r_[starts, buckets.size]))
+        empty = self.table[buckets] == 0
+        fits = rank < empty.sum(axis=1)
+        slot = np.argmax(np.cumsum(empty, axis=1) > rank[:, None], axis=1)
+        self.table[buckets[fits], slot[fits]] = entries[chosen[fits]]
+        return chosen[~fits]
+
+    def _kick_in(self, entry: int, bucket: int) -> bool:
+        """Cuckoo insertion: move entries to their other bucket until one lands in a free slot."""
+        table = self.table
+        for _ in range(MAX_KICKS):
+            row = table[bucket]
+            free = np.flatnonzero(row == 0)
+            if free.size:
+                row[free[0]] = entry
+                return True
+            slot = self._rng.randrange(SLOTS)
+            entry, row[slot] = int(row[slot]), entry
+            fingerprint = np.array([entry >> GROUP_BITS], np.uint16)
+            bucket = int(self._other(np.array([bucket]), fingerprint)[0])
+        return False
+
+    # -- asking -------------------------------------------------------------------------------------------
+
+    def may_hold(self, hashes: np.ndarray) -> np.ndarray:
+        """For each hash, whether the filter may hold it (False: the store certainly does not)."""
+        if hashes.size == 0:
+            return np.zeros(0, bool)
+        fingerprints, first, second = self._parts(hashes)
+        # each of the four 16-bit lanes of a word is a slot: XOR with the fingerprint in every lane leaves a
+        # zero lane where it matches (an empty slot never does: fingerprints are not 0)
+        wanted = (fingerprints.astype(np.uint64) << np.uint64(GROUP_BITS)) * _LANES
+        words = np.concatenate((self._words[first], self._words[second]), axis=1) & _FINGERPRINT_LANES
+        words ^= wanted[:, None]
+        zero_lane = (words - _LANES) & ~words & _LANE_TOPS
+        return np.bitwise_or.reduce(zero_lane, axis=1) != 0
+
+    def entries(self) -> int:
+        return int(np.count_nonzero(self.table))
+
+
+# -- keeping it between runs ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FilterStamp:
+    """What a saved filter was built from: it is used again only for a store in exactly this state (RocksDB's
+    sequence number moves with every write, so any write since the save makes the file stale)."""
+
+    topic: str
+    partition: int
+    created_ms: int
+    db_sequence: int
+    next_seq: int
+    first_live_seq: int
+
+
+def save(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> None:
+    """Write the filter beside the store (a temporary file renamed into place: whole or absent)."""
+    header = {
+        "format": FILE_FORMAT,
+        "hash_version": HASH_VERSION,
+        "byteorder": sys.byteorder,
+        "span": id_filter.span,
+        "group_starts": id_filter.group_starts,
+        **asdict(stamp),
+    }
+    partial = path.with_name(f".{path.name}.partial")
+    with open(partial, "wb") as handle:
+        handle.write(json.dumps(header).encode() + b"\n")
+        id_filter.table.tofile(handle)
+    os.replace(partial, path)
+
+
+def load(path: Path, stamp: FilterStamp) -> IdFilter | None:
+    """The filter saved at ``path`` if it was saved for a store in the state ``stamp`` says; None otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            header = json.loads(handle.readline(4096))
+            if (
+                header.get("format") != FILE_FORMAT
+                or header.get("hash_version") != HASH_VERSION
+                or header.get("byteorder") != sys.byteorder
+                or any(header.get(name) != value for name, value in asdict(stamp).items())
+            ):
+                return None
+            table = np.fromfile(handle, np.uint16, count=IdFilter.buckets_for(header["span"]) * SLOTS)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    buckets = IdFilter.buckets_for(header["span"])
+    if table.size != buckets * SLOTS:
+        return None
+    return IdFilter(header["span"], table=table.reshape(buckets, SLOTS), group_starts=header["group_starts"])

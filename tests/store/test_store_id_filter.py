@@ -1,0 +1,195 @@
+"""The id filter in front of a worker's store: it never calls an id it holds absent, clears whole groups as
+aging passes them, is saved and used again only for the store state it was saved with, and a store that
+asks it answers exactly like the store read directly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+from store.aging import AgingPolicy, advance_cut, age_fully
+from store.codec import encode_ids
+from store.dedup_store import FILTER_FILE, DedupStore
+from store.id_filter import FALSE_POSITIVE_RATE, GROUPS, FilterStamp, IdFilter, key_hashes, load, save
+
+
+def _ajs(count: int) -> list[bytes]:
+    return [f"ajs-{os.urandom(16).hex()}".encode() for _ in range(count)]
+
+
+def _mixed(count: int) -> list[bytes]:
+    """Every kind the codec packs: ajs- ids, canonical UUIDs, and other bytes of many lengths."""
+    ids = []
+    for n in range(count):
+        kind = n % 4
+        if kind == 0:
+            ids.append(f"ajs-{os.urandom(16).hex()}".encode())
+        elif kind == 1:
+            ids.append(str(uuid.uuid4()).encode())
+        elif kind == 2:
+            ids.append(f"order-{n}-{os.urandom(3).hex()}".encode())
+        else:
+            ids.append(os.urandom(1 + n % 40))
+    return ids
+
+
+def _filled(ids: list[bytes], span: int) -> tuple[IdFilter, np.ndarray]:
+    id_filter = IdFilter(span)
+    hashes = key_hashes(encode_ids(ids))
+    assert id_filter.claim(0, len(ids), 0)
+    for start in range(0, len(ids), 5_000):
+        chunk = hashes[start : start + 5_000]
+        assert id_filter.add(chunk, np.arange(start, start + chunk.size))
+    return id_filter, hashes
+
+
+# -- the filter --------------------------------------------------------------------------------------------
+
+
+def test_a_filter_filled_to_capacity_holds_every_id_of_every_kind():
+    span = 20_000
+    ids = _mixed(GROUPS * span)
+    id_filter, hashes = _filled(ids, span)
+    assert id_filter.may_hold(hashes).all()
+    assert id_filter.entries() == len(ids)
+
+
+def test_absent_ids_pass_at_about_the_stated_rate():
+    id_filter, _ = _filled(_ajs(150_000), 10_000)
+    passed = id_filter.may_hold(key_hashes(encode_ids(_ajs(200_000)))).mean()
+    assert passed <= 1.5 * FALSE_POSITIVE_RATE
+
+
+def test_hashes_are_the_same_in_every_process_and_for_a_key_alone_or_in_a_mixed_batch():
+    keys = encode_ids(_mixed(400))
+    together = key_hashes(keys)
+    alone = np.concatenate([key_hashes([key]) for key in keys])
+    assert (together == alone).all()
+    assert len(set(together.tolist())) == len(keys)
+    # another interpreter (another hash seed) gets the same hashes: a saved filter stays valid
+    code = (
+        "import sys; from store.codec import encode_ids; from store.id_filter import key_hashes; "
+        "print(key_hashes(encode_ids([t.encode() for t in sys.stdin.read().split()])).tolist())"
+    )
+    text = [message_id.hex() for message_id in _ajs(3)] + ["ajs-" + "ab" * 16, str(uuid.uuid4()), "other-id"]
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=" ".join(text), capture_output=True, text=True, check=True
+    )
+    assert done.stdout.strip() == str(key_hashes(encode_ids([t.encode() for t in text])).tolist())
+
+
+def test_a_group_is_cleared_only_once_its_whole_stretch_is_below_the_cut():
+    span = 1_000
+    id_filter, hashes = _filled(_ajs(5 * span), span)
+    # the tags of the first stretch come back for numbers GROUPS * span on: refused while it is live
+    reused = GROUPS * span
+    assert not id_filter.claim(reused, reused + 10, cut=span - 1)
+    assert id_filter.may_hold(hashes).all()  # a refused claim clears nothing
+    assert id_filter.claim(reused, reused + 10, cut=span)
+    held = id_filter.may_hold(hashes)
+    assert held[span:].all()
+    assert held[:span].mean() <= 2 * FALSE_POSITIVE_RATE  # the first stretch's entries are gone
+
+
+def test_a_saved_filter_is_used_again_only_for_the_same_store_state(tmp_path):
+    id_filter, hashes = _filled(_ajs(3_000), 1_000)
+    stamp = FilterStamp("t", 0, 1, db_sequence=7, next_seq=3_000, first_live_seq=0)
+    path = tmp_path / "f"
+    save(id_filter, path, stamp)
+    again = load(path, stamp)
+    assert again is not None and again.may_hold(hashes).all()
+    assert (again.table == id_filter.table).all() and again.group_starts == id_filter.group_starts
+    for changed in (
+        FilterStamp("t", 0, 1, db_sequence=8, next_seq=3_000, first_live_seq=0),
+        FilterStamp("t", 1, 1, db_sequence=7, next_seq=3_000, first_live_seq=0),
+        FilterStamp("t", 0, 1, db_sequence=7, next_seq=3_000, first_live_seq=5),
+    ):
+        assert load(path, changed) is None
+    path.write_bytes(path.read_bytes()[:-100])  # cut short
+    assert load(path, stamp) is None
+    assert load(tmp_path / "absent", stamp) is None
+
+
+# -- the store with its filter --------------------------------------------------------------------------------
+
+
+def _record(store: DedupStore, ids: list[bytes], start_ms: int = 1_000) -> None:
+    for at in range(0, len(ids), 2_000):
+        chunk = ids[at : at + 2_000]
+        store.record(chunk, [start_ms + at + n for n in range(len(chunk))])
+
+
+def _answers_match(store: DedupStore, asked: list[bytes]) -> list[bool]:
+    keys = encode_ids(asked)
+    filtered = store.contains_keys(keys)
+    assert filtered == store.contains_keys_in_db(keys)  # the filter changes the cost, never the answer
+    return filtered
+
+
+def test_a_worker_store_answers_like_the_store_read_directly_across_aging_and_reopening(tmp_path):
+    path = tmp_path / "t-0"
+    recorded, unseen = _mixed(12_000), _mixed(3_000)
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert not any(_answers_match(store, recorded[:100]))  # the filter is made on the first lookup
+        _record(store, recorded)
+        assert all(_answers_match(store, recorded))
+        assert not any(_answers_match(store, unseen))
+        advance_cut(store, 4_000)
+        assert _answers_match(store, recorded) == [n >= 4_000 for n in range(len(recorded))]
+        store.forget_many(recorded[5_000:5_010])
+        expected = [n >= 4_000 and not 5_000 <= n < 5_010 for n in range(len(recorded))]
+        assert _answers_match(store, recorded) == expected
+    assert (path / FILTER_FILE).exists()  # saved at close
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert _answers_match(store, recorded) == expected
+        assert not (path / FILTER_FILE).exists()  # taken back in: it would be stale once written to
+        age_fully(store, AgingPolicy(max_keys=2_000))
+        assert _answers_match(store, recorded) == [n >= 10_000 for n in range(len(recorded))]
+
+
+def test_a_store_written_without_its_filter_does_not_use_the_saved_one(tmp_path):
+    path = tmp_path / "t-0"
+    first, later = _ajs(3_000), _ajs(3_000)
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        _record(store, first)
+        assert all(store.contains_many(first))
+    saved = (path / FILTER_FILE).read_bytes()
+    with DedupStore.open_existing(path) as store:  # a maintenance open: no filter, but it writes
+        _record(store, later, start_ms=10_000)
+    (path / FILTER_FILE).write_bytes(saved)  # even put back, it no longer fits the store
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert all(_answers_match(store, first + later))
+
+
+def test_a_window_wider_than_the_filter_makes_the_store_build_a_larger_one(tmp_path):
+    with DedupStore.open(tmp_path / "t-0", topic="t", partition=0, window_ids=1_000) as store:
+        store.contains_many([b"x"])
+        small = store._filter.capacity
+        ids = _ajs(small + 30_000)
+        _record(store, ids)
+        assert store._filter.capacity > small
+        assert all(_answers_match(store, ids))
+
+
+def test_ids_put_back_by_reconcile_are_found_through_the_filter(tmp_path):
+    ids = _ajs(1_000)
+    with DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store:
+        store.contains_many(ids[:1])
+        store.record(ids, list(range(1_000)), output_offsets=range(100, 1_100))
+        lost = ids[200:210]
+        store.forget_many(lost)
+        assert not any(_answers_match(store, lost))
+        assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
+        assert all(_answers_match(store, lost))
+
+
+@pytest.mark.parametrize("window_ids", [None, 50_000])
+def test_the_filter_is_sized_for_the_window(tmp_path, window_ids):
+    with DedupStore.open(tmp_path / "t-0", topic="t", partition=0, window_ids=window_ids) as store:
+        store.contains_many([b"x"])
+        assert store._filter.capacity >= (window_ids or 1_000_000)
