@@ -1,0 +1,290 @@
+"""How the store's costs grow with the ids it holds, from 1M ids to ``--max-ids`` in one partition store.
+
+    python benchmarks/bench_scale.py [--max-ids 100000000] [--batch 5000] [--out benchmarks/results/scale.json]
+
+One store is grown through the worker's write path (``contains_many`` then ``record``, batches of ``--batch``
+``ajs-`` ids, under the worker's memtable budget, its id filter sized for a window of ``--max-ids`` as a
+worker's is for its aging bound). At 1M, 10M, 100M, ... ids (every power of ten up to
+``--max-ids``, and ``--max-ids`` itself), with its memtables flushed and its merges settled, it is measured
+against a reference store of 1M ids built the same way and kept open in the same process:
+
+- absent lookups: 200,000 ids never recorded, through ``contains_many`` in batches of ``--batch``; the two
+  stores take turns on each batch in random order, each with its own copy of the ids, so a slow moment of the
+  shared machine hits both alike (median of 5 rounds; the ratio is the median of the rounds' ratios). The
+  same ids also go to the grown store's RocksDB directly (``contains_keys_in_db``: no id filter), in the
+  same turns: what the filter saves at each size;
+- present lookups: 20,000 ids drawn from those the store holds, the same way;
+- the ``ids`` family's SST files, bytes on disk per id (the whole directory), and this process's RSS growth per
+  id since the 1M point (read with memtables empty, merges settled and free heap pages returned). The id
+  filter is allocated whole on the first lookup, so it is not in that growth: its bytes per id of the window
+  are reported apart;
+- ingest with aging: 200 more batches, in alternating blocks without and with an ``age_step`` between
+  batches that keeps the store at its size (p99 batch latency of each, and their ratio).
+
+Prints the curve with ratios against the 1M point and against the reference store, and writes the figures
+to ``--out``. ``--max-ids 10000000`` is a run of a few minutes; 100M ids takes most of an hour on two cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from benchmarks.bench_store import (  # noqa: E402
+    BASE_MS,
+    MS_PER_ID,
+    absent_id,
+    aging_latency,
+    message_id,
+    rss_bytes,
+    settle,
+)
+from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
+from store.codec import encode_ids  # noqa: E402
+from store.dedup_store import DedupStore  # noqa: E402
+from store.footprint import dir_bytes, ids_files  # noqa: E402
+from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
+from store.options import shared_memory  # noqa: E402
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+REFERENCE_IDS = 1_000_000
+ABSENT_SAMPLE = 200_000
+PRESENT_SAMPLE = 20_000
+ROUNDS = 5
+AGING_BATCHES = 200
+
+
+def points(max_ids: int) -> list[int]:
+    marks = []
+    size = REFERENCE_IDS
+    while size < max_ids:
+        marks.append(size)
+        size *= 10
+    return [*marks, max_ids]
+
+
+def grow(store: DedupStore, upto: int, batch: int, progress: Progress | None = None, task=None) -> None:
+    """Record ids ``next_seq .. upto - 1`` the way the worker does: look the batch up, record what is new."""
+    rng = random.Random(upto)
+    while store.state.next_seq < upto:
+        first = store.state.next_seq
+        numbers = range(first, min(first + batch, upto))
+        ids = [message_id(n) for n in numbers]
+        stamps = [BASE_MS + int(n * MS_PER_ID) - rng.randrange(2_000) for n in numbers]
+        present = store.contains_many(ids)
+        store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
+        if progress is not None:
+            progress.update(task, completed=store.state.next_seq)
+
+
+def quiet(store: DedupStore) -> None:
+    """Memtables empty, merges done, free heap returned: what is left is what the store holds per id."""
+    store.flush()
+    settle(store)
+    release_free_memory()
+
+
+def turn_rates(sides: dict, count: int, batch: int, seed: int) -> dict:
+    """Ids per second of each side, ``sides`` being ``name -> (lookup, make_ids)``: the
+    sides take turns batch by batch in random order, each round on fresh copies of the ids (see the module
+    docstring). Returns the store's rate, the reference's, and the median of the rounds' ratios."""
+    rng = random.Random(seed)
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    ratios = []
+    for _ in range(ROUNDS):
+        batches = {
+            name: [ids[at : at + batch] for at in range(0, count, batch)]
+            for name, (_, make) in sides.items()
+            for ids in [make()]
+        }
+        seconds = dict.fromkeys(sides, 0.0)
+        turns = list(sides)
+        for index in range(len(batches["store"])):
+            rng.shuffle(turns)
+            for name in turns:
+                started = time.perf_counter()
+                sides[name][0](batches[name][index])
+                seconds[name] += time.perf_counter() - started
+        for name in sides:
+            rates[name].append(count / seconds[name])
+        ratios.append(rates["store"][-1] / rates["reference"][-1])
+    figures = {
+        "per_s": statistics.median(rates["store"]),
+        "reference_per_s": statistics.median(rates["reference"]),
+        "ratio_vs_reference": statistics.median(ratios),
+    }
+    if "direct" in rates:
+        figures["without_filter_per_s"] = statistics.median(rates["direct"])
+    return figures
+
+
+def measure(store: DedupStore, reference: DedupStore, batch: int) -> dict:
+    state = store.state
+    rng = random.Random(state.next_seq)
+    drawn = [rng.randrange(state.first_live_seq, state.next_seq) for _ in range(PRESENT_SAMPLE)]
+    ref_drawn = [rng.randrange(REFERENCE_IDS) for _ in range(PRESENT_SAMPLE)]
+
+    def absent():
+        return [absent_id(n) for n in range(ABSENT_SAMPLE)]
+
+    absent_rates = turn_rates(
+        {
+            "store": (store.contains_many, absent),
+            "reference": (reference.contains_many, absent),
+            "direct": (lambda ids: store.contains_keys_in_db(encode_ids(ids)), absent),
+        },
+        ABSENT_SAMPLE,
+        batch,
+        1,
+    )
+    # each store looks up ids it holds: the same count, drawn from its own range
+    present_rates = turn_rates(
+        {
+            "store": (store.contains_many, lambda: [message_id(n) for n in drawn]),
+            "reference": (reference.contains_many, lambda: [message_id(n) for n in ref_drawn]),
+        },
+        PRESENT_SAMPLE,
+        batch,
+        2,
+    )
+    assert not any(store.contains_many(absent()[:batch]))
+    assert all(store.contains_many([message_id(n) for n in drawn[:batch]]))
+    return {
+        "live_ids": state.live_ids,
+        "ids_files": len(ids_files(store)),
+        "dir_bytes": dir_bytes(store.path),
+        "bytes_per_id": dir_bytes(store.path) / state.live_ids,
+        "rss_bytes": rss_bytes(),
+        "filter_bytes": store.filter_bytes,
+        "absent": absent_rates,
+        "present": present_rates,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--max-ids", type=int, default=100_000_000)
+    parser.add_argument("--batch", type=int, default=5_000)
+    parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale.json")
+    args = parser.parse_args()
+    if args.max_ids < REFERENCE_IDS:
+        raise SystemExit(f"--max-ids must be at least {REFERENCE_IDS:,}")
+    limit_heap_retention()
+    scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-scale-", dir=args.scratch))
+    shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)  # the worker's memtable budget and block cache
+    curve = []
+    started = time.perf_counter()
+    try:
+        with (
+            DedupStore.open(scratch / "reference-0", topic="reference", partition=0, shared=shared) as reference,
+            # as a worker whose aging keeps --max-ids: its id filter is sized for that window from the start
+            DedupStore.open(
+                scratch / "bench-0",
+                topic="bench",
+                partition=0,
+                shared=shared,
+                window_ids=args.max_ids + 2 * AGING_BATCHES * args.batch * len(points(args.max_ids)),
+            ) as store,
+            Progress(console=console, transient=True) as progress,
+        ):
+            task = progress.add_task("reference store", total=REFERENCE_IDS)
+            grow(reference, REFERENCE_IDS, args.batch, progress, task)
+            quiet(reference)
+            for point in points(args.max_ids):
+                # ids recorded while measuring aging count towards the next point
+                progress.update(task, description=f"growing to {point:,} ids", total=point)
+                grow(store, store.state.next_seq + point - store.state.live_ids, args.batch, progress, task)
+                progress.update(task, description=f"measuring at {point:,} ids")
+                quiet(store)
+                figures = measure(store, reference, args.batch)
+                aging = aging_latency(store, store.state.next_seq, AGING_BATCHES, args.batch)
+                figures["aging"] = {key: aging[key] for key in ("p99_ms", "p99_ratio", "age_step_ms", "ids_aged")}
+                figures["point"] = point
+                curve.append(figures)
+                console.print(_line(figures, curve[0]))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    first = curve[0]
+    for figures in curve:
+        span = figures["live_ids"] - first["live_ids"]
+        figures["rss_growth_per_id"] = (figures["rss_bytes"] - first["rss_bytes"]) / span if span > 0 else None
+        for kind in ("absent", "present"):
+            figures[kind]["ratio_vs_first_point"] = figures[kind]["per_s"] / first[kind]["per_s"]
+    result = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "batch": args.batch,
+        "reference_ids": REFERENCE_IDS,
+        "seconds": time.perf_counter() - started,
+        "curve": curve,
+        "filter_bytes_per_window_id": curve[-1]["filter_bytes"] / args.max_ids,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    report(result)
+
+
+def _line(figures: dict, first: dict) -> str:
+    return (
+        f"{figures['live_ids']:,} ids: {figures['ids_files']} ids files, {figures['bytes_per_id']:.1f} B/id, "
+        f"absent {figures['absent']['per_s'] / 1e6:.2f}M/s ({figures['absent']['ratio_vs_reference']:.2f}x the 1M "
+        f"store), present {figures['present']['per_s'] / 1e3:.1f}k/s "
+        f"({figures['present']['ratio_vs_reference']:.2f}x), aging p99 ratio {figures['aging']['p99_ratio']:.2f}"
+    )
+
+
+def report(result: dict) -> None:
+    table = Table(title=f"the store's costs by size (machine: {result['machine']['cpus']} cores)", title_justify="left")
+    for column in (
+        "ids held",
+        "ids files",
+        "B/id on disk",
+        "RSS growth B/id",
+        "absent ids/s",
+        "vs 1M point",
+        "vs 1M store",
+        "absent, no filter",
+        "present ids/s",
+        "vs 1M point",
+        "vs 1M store",
+        "aging p99 ratio",
+    ):
+        table.add_column(column, justify="right")
+    for f in result["curve"]:
+        growth = f["rss_growth_per_id"]
+        table.add_row(
+            f"{f['live_ids']:,}",
+            str(f["ids_files"]),
+            f"{f['bytes_per_id']:.1f}",
+            "-" if growth is None else f"{growth:.2f}",
+            f"{f['absent']['per_s'] / 1e6:.2f}M",
+            f"{f['absent']['ratio_vs_first_point']:.2f}",
+            f"{f['absent']['ratio_vs_reference']:.2f}",
+            f"{f['absent']['without_filter_per_s'] / 1e6:.2f}M",
+            f"{f['present']['per_s'] / 1e3:.1f}k",
+            f"{f['present']['ratio_vs_first_point']:.2f}",
+            f"{f['present']['ratio_vs_reference']:.2f}",
+            f"{f['aging']['p99_ratio']:.2f}",
+        )
+    console.print(table)
+    console.print(f"id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for")
+
+
+if __name__ == "__main__":
+    main()
