@@ -1,11 +1,16 @@
 """End-to-end throughput of ``dedupectl run`` against its baselines, on the project's local broker.
 
-    python benchmarks/bench_worker.py [--count 1000000] [--repeat 3] [--naive-seconds 20]
+    python benchmarks/bench_worker.py [--count 1000000] [--repeat 3] [--naive-seconds 20] [--prefilled-ids N]
 
 Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions), then runs, each in its own process
 and each into a fresh output topic: the plain transactional copy and ``dedupectl run``, alternated
 ``--repeat`` times (the table shows the median run of each: the 2 cores are often shared), then the seed's
 naive loop (time-bounded: at one commit per message it would take hours; its rate is what counts).
+
+With ``--prefilled-ids N``, each round also runs ``dedupectl run`` on stores that already hold N ids in all
+(N / 4 per partition, other ids than the events'), bulk loaded once before the rounds (``store.bulk_load``,
+as ``dedupectl rebuild`` does) and hard-linked into a fresh data directory for each run; its throughput is
+reported against the empty-store runs of the same rounds.
 Throughput is measured from the first record consumed to the last transaction committed. Every dedupectl
 run's output is read back (read_committed) to check it is exactly once. Prints a table and writes
 benchmarks/results/worker.json.
@@ -15,13 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -33,6 +41,9 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
+from store.bulk_load import LoadLayout, ingest, write_bucket_places  # noqa: E402
+from store.codec import StoreState  # noqa: E402
+from store.layout import store_path  # noqa: E402
 
 console = Console()
 PARTITIONS = 4
@@ -43,6 +54,59 @@ def _json_from(command: list[str]) -> dict:
     if completed.returncode != 0:
         raise SystemExit(f"{command[:3]} failed ({completed.returncode}):\n{completed.stderr[-2000:]}")
     return json.loads(completed.stdout)
+
+
+PREFILL_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=2_000_000)
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+
+
+def _random_ajs_ids(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` distinct-looking ``ajs-`` + 32 hex ids as one array of 36-byte strings (no object per id)."""
+    raw = rng.integers(0, 256, (count, 16), dtype=np.uint8)
+    text = np.empty((count, 36), np.uint8)
+    text[:, :4] = np.frombuffer(b"ajs-", np.uint8)
+    text[:, 4::2] = _HEX[raw >> 4]
+    text[:, 5::2] = _HEX[raw & 15]
+    return text.view("S36").ravel()
+
+
+def prefill(data_dir: Path, topic: str, partitions: int, total: int) -> float:
+    """Bulk load ``total`` ids spread over the partitions' stores; returns the seconds it took."""
+    started = time.monotonic()
+    per_partition = total // partitions
+    now_ms = int(time.time() * 1000)
+    for partition in range(partitions):
+        rng = np.random.default_rng(partition)
+        staging = data_dir / f".staging-{partition}"
+        buckets = []
+        for bucket in range(-(-per_partition // PREFILL_LAYOUT.bucket_ids)):
+            count = min(PREFILL_LAYOUT.bucket_ids, per_partition - bucket * PREFILL_LAYOUT.bucket_ids)
+            ids = _random_ajs_ids(rng, count)
+            order = np.argsort(ids, kind="stable")  # an SST file takes its keys in order
+            stamps = now_ms - 3_600_000 + (bucket * PREFILL_LAYOUT.bucket_ids + order) // 1_000
+            buckets.append(
+                write_bucket_places(
+                    staging, bucket, order, ids[order].view("V36"), stamps, per_partition, PREFILL_LAYOUT
+                )
+            )
+        state = StoreState(next_seq=per_partition)
+        ingest(
+            store_path(data_dir, topic, partition), topic=topic, partition=partition, buckets=buckets, state=state
+        ).close()
+        shutil.rmtree(staging)
+    return time.monotonic() - started
+
+
+def _linked_copy(source: Path, target: Path) -> None:
+    """A copy of a data directory whose SST files are hard links (RocksDB never changes a written SST file)."""
+
+    def link_or_copy(src: str, dst: str) -> None:
+        if src.endswith(".sst"):
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link_or_copy)
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -58,6 +122,9 @@ def main() -> None:
     parser.add_argument("--naive-seconds", type=float, default=20.0)
     parser.add_argument(
         "--repeat", type=int, default=3, help="copy and dedupectl runs, alternated; the median of each is reported"
+    )
+    parser.add_argument(
+        "--prefilled-ids", type=int, default=0, help="also run on stores holding this many ids in all (0: not)"
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
@@ -84,24 +151,38 @@ def main() -> None:
                 [python, str(ROOT / "benchmarks/peers/copy_floor.py"), kafka.bootstrap_servers, "in", output]
             )
 
-        def dedupectl_run(round_: int) -> dict:
-            output = f"out-dedup-{round_}"
+        def dedupectl_run(round_: int, prefilled: bool = False) -> dict:
+            name = f"{round_}-prefilled" if prefilled else str(round_)
+            output = f"out-dedup-{name}"
             create_topics(kafka, [output], PARTITIONS)
+            data_dir = data / f"data-{name}"
+            if prefilled:
+                _linked_copy(data / "prefilled", data_dir)
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", "in"]
-            command += ["-o", output, "-d", str(data / f"data-{round_}"), "--worker-id", f"bench-{round_}"]
-            command += ["--group-id", f"bench-{round_}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
+            command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
+            command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
             run = _json_from(command)
             check = check_output(kafka, output, expected)
+            shutil.rmtree(data_dir, ignore_errors=True)
             return {**{key: run[key] for key in ("consumed", "busy_seconds", "peak_rss_mb")}, "check": check}
 
         expected = {record.key for record in generate(spec) if record.kind == "new"}
         runs: dict[str, list[dict]] = {"copy": [], "dedupectl": []}
+        prefill_seconds = None
+        if args.prefilled_ids:
+            runs["dedupectl_prefilled"] = []
+            with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
+                prefill_seconds = prefill(data / "prefilled", "in", PARTITIONS, args.prefilled_ids)
+            console.print(f"bulk loaded {args.prefilled_ids:,} ids in {prefill_seconds:.0f}s")
         # alternated, so that a burst of load from elsewhere on the machine hits both sides alike
         for round_ in range(args.repeat):
             with console.status(f"round {round_ + 1}/{args.repeat}: plain transactional copy"):
                 runs["copy"].append(copy_run(round_))
             with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run (and reading its output back)"):
                 runs["dedupectl"].append(dedupectl_run(round_))
+            if args.prefilled_ids:
+                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the pre-filled stores"):
+                    runs["dedupectl_prefilled"].append(dedupectl_run(round_, prefilled=True))
         with console.status("naive loop"):
             naive = _json_from(
                 [
@@ -116,13 +197,13 @@ def main() -> None:
                 ]
             )
 
-    for figures in [naive, *runs["copy"], *runs["dedupectl"]]:
+    for figures in [naive, *(run for name_runs in runs.values() for run in name_runs)]:
         figures["messages_per_second"] = (
             round(figures["consumed"] / figures["busy_seconds"], 1) if figures["busy_seconds"] else 0.0
         )
     results = {name: _median_run(name_runs) for name, name_runs in runs.items()}
     results["naive"] = naive
-    checks = [run.pop("check") for run in runs["dedupectl"]]
+    checks = [run.pop("check") for name in runs if name.startswith("dedupectl") for run in runs[name]]
     check = next((c for c in checks if not c.exactly_once), checks[0])
     ours = results["dedupectl"]["messages_per_second"]
     table = Table(
@@ -130,7 +211,7 @@ def main() -> None:
     )
     for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
         table.add_column(column, justify="right" if column != "system" else "left")
-    for name in ("copy", "naive", "dedupectl"):
+    for name in ("copy", "naive", "dedupectl", *(["dedupectl_prefilled"] if args.prefilled_ids else [])):
         figures = results[name]
         ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
         table.add_row(
@@ -163,8 +244,16 @@ def main() -> None:
             "dedupectl_vs_copy": ours / results["copy"]["messages_per_second"],
             "dedupectl_vs_naive": ours / results["naive"]["messages_per_second"],
         },
+        "prefilled_ids": args.prefilled_ids,
+        "prefill_seconds": prefill_seconds,
         "output_check": check.__dict__,
     }
+    if args.prefilled_ids:
+        report["ratios"]["prefilled_vs_empty"] = results["dedupectl_prefilled"]["messages_per_second"] / ours
+        console.print(
+            f"on stores holding {args.prefilled_ids:,} ids: {report['ratios']['prefilled_vs_empty']:.2f}x the "
+            "throughput on empty stores (median runs)"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     console.print(f"written to {args.out}")

@@ -254,6 +254,7 @@ def ingest(
             store.family(CF_TIMES).ingest_external_file([str(f.times_path) for f in ordered], options)
         store.write_state(state)
         store.flush()
+        store.prepare_filter()  # saved when the store closes: its first worker need not read every id
     except BaseException:
         store.close()
         raise

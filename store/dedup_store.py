@@ -402,6 +402,12 @@ class DedupStore:
         """Memory the id filter takes (0 before the first lookup, and for stores without one)."""
         return 0 if self._filter is None else self._filter.memory_bytes
 
+    def prepare_filter(self) -> None:
+        """Build the id filter now rather than on the first lookup (after a bulk load: the store's first
+        worker then starts from the saved filter instead of reading every id)."""
+        if self._filtered and self._filter is None:
+            self._ready_filter()
+
     def _ready_filter(self) -> IdFilter:
         """The filter saved when the store last closed, if nothing has written since; else one built now."""
         saved = self.path / FILTER_FILE
