@@ -35,6 +35,8 @@ from store.codec import (
     CF_SEQ,
     CF_TIMES,
     COLUMN_FAMILIES,
+    DIGEST_BYTES,
+    DIGEST_CHUNK,
     LEGACY_FAMILIES,
     META_IDENTITY,
     META_STATE,
@@ -43,6 +45,7 @@ from store.codec import (
     StoreIdentity,
     StoreState,
     batch_digests,
+    chunk_digest,
     decode_identity,
     decode_seq,
     decode_state,
@@ -53,9 +56,11 @@ from store.codec import (
     encode_seq_values,
     encode_state,
     encode_times,
+    live_seqs_of,
     seq_width,
     times_at,
     times_count,
+    times_digests,
     times_offset_at,
     times_offsets,
     without_digests,
@@ -338,28 +343,26 @@ class DedupStore:
             if values.count(None) == len(values):  # the usual list: no id seen before, nothing to write
                 continue
             start = number * LOOKUP_CHUNK
-            if cut == 0:  # nothing aged yet: presence is the answer
-                found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
-            else:
-                found[start : start + len(values)] = [v is not None and int.from_bytes(v, "big") >= cut for v in values]
+            if cut:  # something has aged: an id below the cut reads as absent
+                values = live_seqs_of(values, cut)
+            found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
         return found
 
-    def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
-        """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
-        values = self.raw_values(encode_ids(ids))
-        cut = self._state.first_live_seq
-        return [None if value is None or int.from_bytes(value, "big") < cut else value for value in values]
+    def live_seqs(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[int | None]:
+        """The sequence number of each encoded id (``store.codec.encode_ids``) within the window, None where
+        absent or aged out; ``per_call`` keys a multi-get (reconcile sends a thousand at a time, in key order)."""
+        return live_seqs_of(self._raw_values(keys, per_call), self._state.first_live_seq)
 
     def lookup_many(self, ids: Sequence[bytes]) -> list[tuple[int, int] | None]:
         """For each id, ``(seq, timestamp_ms)`` where present, else ``None``."""
-        seqs = [None if value is None else int.from_bytes(value, "big") for value in self.get_many(ids)]
+        seqs = self.live_seqs(encode_ids(ids))
         found = sorted({seq for seq in seqs if seq is not None})
         stamps = dict(zip(found, self.timestamps(found), strict=True))
         return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
 
-    def raw_values(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[bytes | None]:
+    def _raw_values(self, keys: list[bytes], per_call: int) -> list[bytes | None]:
         """The ``ids`` family's values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a
-        multi-get (reconcile sends a thousand present keys at a time, in key order)."""
+        multi-get."""
         if len(keys) <= per_call:
             return self._ids[keys] if keys else []
         values: list[bytes | None] = []
@@ -368,7 +371,7 @@ class DedupStore:
         return values
 
     def _value_lists(self, keys: list[bytes], per_call: int) -> Iterator[list[bytes | None]]:
-        """``raw_values`` of ``keys``, one multi-get's list at a time."""
+        """``_raw_values`` of ``keys``, one multi-get's list at a time."""
         ids = self._ids
         for start in range(0, len(keys), per_call):
             yield ids[keys[start : start + per_call]]
@@ -424,12 +427,11 @@ class DedupStore:
         placed: list[int | None] = [None] * len(ids)
         taken: set[int] = set()
         keys_taken: set[bytes] = set()
-        cut = self._state.first_live_seq
-        for index, (key, value, offset) in enumerate(zip(keys, self.raw_values(keys), offsets, strict=True)):
+        for index, (key, live, offset) in enumerate(zip(keys, self.live_seqs(keys), offsets, strict=True)):
             seq = seq_of.get(offset)
             if seq is None or seq in taken or key in keys_taken:
                 continue
-            if value is not None and int.from_bytes(value, "big") >= cut:
+            if live is not None:
                 continue  # not lost: live under its own number
             batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._ids_handle)
             taken.add(seq)
@@ -495,6 +497,47 @@ class DedupStore:
             return times_offset_at(value, seq - first)
         finally:
             del it
+
+    def match_digests(self, keys: list[bytes], first: int) -> list[int] | None:
+        """Check ``keys`` (encoded, in order) against the batch digests of sequence numbers
+        ``first..first+len(keys)-1``, without a lookup per id: every digest chunk they cover whole must have
+        the digest of the keys at its places. Returns the places (indexes into ``keys``) no digest vouches for,
+        which only a lookup can check (chunks covered in part, at the edges; batches without digests); None
+        when a digest disagrees or a number has no batch."""
+        stop = first + len(keys)
+        unchecked: list[int] = []
+        reached = first  # every number below is accounted for
+        it = self._times.iter()
+        try:
+            it.seek_for_prev(encode_seq(first))
+            while it.valid() and reached < stop:
+                batch_first, value = decode_seq(it.key()), it.value()
+                batch_stop = batch_first + times_count(value)
+                if batch_first > reached or batch_stop <= reached:
+                    return None  # a gap: not what record() writes
+                high = min(batch_stop, stop)
+                digests = times_digests(value)
+                if digests is None:
+                    unchecked.extend(range(reached - first, high - first))
+                    reached = high
+                chunk = (reached - batch_first) // DIGEST_CHUNK
+                while reached < high:
+                    chunk_first = batch_first + chunk * DIGEST_CHUNK
+                    chunk_stop = min(chunk_first + DIGEST_CHUNK, batch_stop)
+                    if chunk_first == reached and chunk_stop <= high:
+                        wanted = digests[chunk * DIGEST_BYTES : (chunk + 1) * DIGEST_BYTES]
+                        if chunk_digest(keys[reached - first : chunk_stop - first]) != wanted:
+                            return None
+                        reached = chunk_stop
+                    else:  # the keys cover this chunk in part: those need lookups
+                        end = min(chunk_stop, high)
+                        unchecked.extend(range(reached - first, end - first))
+                        reached = end
+                    chunk += 1
+                it.next()
+        finally:
+            del it
+        return unchecked if reached == stop else None
 
     def _times_batches(self, seqs: list[int]) -> Iterator[tuple[bytes, int, bytes, list[int]]]:
         """For ``seqs`` (sorted), each ``times`` batch holding some of them, one seek per batch: its key, its
@@ -626,13 +669,12 @@ class DedupStore:
         WriteBatch; returns how many were there. Sequence numbers and covered offsets do not change."""
         self._require_writable()
         keys = encode_ids(ids)
-        cut = self._state.first_live_seq
         batch = WriteBatch(raw_mode=True)
         removed: list[int] = []
-        for key, value in zip(keys, self.raw_values(keys), strict=True):
-            if value is not None and int.from_bytes(value, "big") >= cut:
+        for key, seq in zip(keys, self.live_seqs(keys), strict=True):
+            if seq is not None:
                 batch.delete(key, self._ids_handle)
-                removed.append(int.from_bytes(value, "big"))
+                removed.append(seq)
         if removed:
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
