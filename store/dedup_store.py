@@ -19,7 +19,7 @@ from itertools import repeat
 from operator import is_not
 from pathlib import Path
 
-from rocksdict import AccessType, Rdict, WriteBatch
+from rocksdict import AccessType, Checkpoint, Rdict, WriteBatch
 
 from dedupectl.errors import (
     DataDirError,
@@ -701,6 +701,16 @@ class DedupStore:
     def _require_writable(self) -> None:
         if not self.writable:
             raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
+
+    def checkpoint(self, target: Path) -> None:
+        """Write a RocksDB checkpoint of the whole store into ``target`` (which must not exist): consistent
+        across the families, SST files hard-linked when ``target`` is on the same filesystem. RocksDB flushes
+        the memtables first, so only the process that has the store open read-write gets a complete one."""
+        checkpoint = Checkpoint(self._db)
+        try:
+            checkpoint.create_checkpoint(str(target))
+        finally:
+            del checkpoint  # it references the DB: the store could not close while it lives
 
     def flush(self) -> None:
         """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""
