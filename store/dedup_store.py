@@ -590,14 +590,23 @@ class DedupStore:
             self._seq_view = view = SeqView(self._ids, low, self._state.next_seq)
         return view
 
+    def compactions_running(self) -> int:
+        """How many compactions RocksDB is running on this store now (any family)."""
+        return self._db.property_int_value("rocksdb.num-running-compactions") or 0
+
+    def compaction_pending(self) -> bool:
+        """Whether RocksDB counts a compaction of the ids as pending (FIFO may count one it never picks)."""
+        return bool(self._ids.property_int_value("rocksdb.compaction-pending"))
+
     @property
     def db(self) -> Rdict:
         """The underlying database, for the inspection and aging modules of this package."""
         return self._db
 
     def family(self, name: str) -> Rdict:
-        """A column family by name. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq ->
-        messageId`` of the live ids, built on first use (see ``iter_by_seq``)."""
+        """A column family by name, for this package's modules and their tests: the layers above use the methods
+        of this class. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq -> messageId`` of
+        the live ids, built on first use (see ``iter_by_seq``)."""
         if name == CF_SEQ:
             return self._view(self._state.first_live_seq, self._state.next_seq).db
         return {CF_IDS: self._ids, CF_TIMES: self._times, CF_META: self._meta}[name]
