@@ -50,7 +50,7 @@ from store.dedup_store import DedupStore
 # records in memory (~150 bytes each in compact batches, twice: one group compared, the next looked up).
 GROUP_RECORDS = 200_000
 MULTI_GET_KEYS = 1_000  # per multi-get: a few blocks' worth of keys in key order
-# A group checked by digests also looks up every 256th id in the ids family: a present id read out of order
+# A group checked by digests also looks up every 256th id in the store: a present id read out of order
 # costs a block decompressed (~15 us), so every 32nd cost ~0.46 us per id, half the whole check
 SPOT_CHECK_STRIDE = 256
 _BUCKET = itemgetter(2)  # the first byte after the packed id's tag: uniform for packed ids
