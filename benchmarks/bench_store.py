@@ -144,8 +144,8 @@ def settle(store: DedupStore, timeout: float = 600, quiet_s: float = 5.0) -> Non
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
-        running = store.db.property_int_value("rocksdb.num-running-compactions") or 0
-        pending = store.family(CF_IDS).property_int_value("rocksdb.compaction-pending") or 0
+        running = store.compactions_running()
+        pending = store.compaction_pending()
         if running:
             quiet_since = time.monotonic()
         elif not pending or time.monotonic() - quiet_since >= quiet_s:

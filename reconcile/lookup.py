@@ -1,11 +1,11 @@
 """Sequence numbers of output ids in a store, looked up a large group at a time, one group ahead, in a thread.
 
 **by digests first.** A healthy stretch of output is the store's ids in sequence order: the worker publishes
-a batch and records it, with a digest of each 512 of its keys (``store.codec.batch_digests``, kept in the
-batch's ``times`` value). So a group is first checked against those digests: the first id's number says
+a batch and records it, with a digest of each 512 of its keys (``store.codec.batch_digests``, kept with the
+batch's record). So a group is first checked against those digests: the first id's number says
 where the group starts, each 512-id chunk the group covers whole must have the digest of the group's keys
 at its places, the chunks covered in part at the group's two edges are looked up id by id, and so is every
-256th id (a spot check of the ``ids`` family itself: any stretch of 256 or more ids missing from it, say a
+256th id (a spot check of the stored ids themselves: any stretch of 256 or more ids missing from it, say a
 lost file, is caught). That costs ~0.65 us of CPU per id instead of ~4 (a present id's lookup reads and
 searches a data block; bench_reconcile measures both). Anything else (a repeat, an absence, a batch without
 digests, a reordering) fails the check and takes the lookups below, which give the exact answer. Two
@@ -30,7 +30,8 @@ is read, decompressed and searched. What makes that affordable over tens of mill
 - **one group ahead.** RocksDB releases the GIL while it reads, so looking up group N+1 in a helper thread
   while group N is compared (and librdkafka fetches N+2) overlaps the costs instead of adding them.
 
-The multi-gets go to the ``ids`` family directly, with the store's cut applied the same way.
+The store answers both (``DedupStore.match_digests``, ``DedupStore.live_seqs``) and applies its aging cut to
+them: this module decides what to ask, in which order, and what the answers mean.
 """
 
 from __future__ import annotations
@@ -41,19 +42,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate, chain, pairwise
 from operator import itemgetter
 
-from store.codec import (
-    CF_IDS,
-    CF_TIMES,
-    DIGEST_BYTES,
-    DIGEST_CHUNK,
-    chunk_digest,
-    decode_seq,
-    decode_seq_value,
-    encode_ids,
-    encode_seq,
-    times_count,
-    times_digests,
-)
+from store.codec import encode_ids
 from store.dedup_store import DedupStore
 
 # Records per group: each group decompresses about every block of the file(s) it falls in, so larger groups
@@ -61,7 +50,7 @@ from store.dedup_store import DedupStore
 # records in memory (~150 bytes each in compact batches, twice: one group compared, the next looked up).
 GROUP_RECORDS = 200_000
 MULTI_GET_KEYS = 1_000  # per multi-get: a few blocks' worth of keys in key order
-# A group checked by digests also looks up every 256th id in the ids family: a present id read out of order
+# A group checked by digests also looks up every 256th id in the store: a present id read out of order
 # costs a block decompressed (~15 us), so every 32nd cost ~0.46 us per id, half the whole check
 SPOT_CHECK_STRIDE = 256
 _BUCKET = itemgetter(2)  # the first byte after the packed id's tag: uniform for packed ids
@@ -85,8 +74,8 @@ class GroupLookup:
     batches: Sequence[Sequence[bytes]] = field(repr=False)
     count: int
     run_start: int | None
-    # key -> value when the group is not one run ({}: every id absent); None for a run
-    _found: dict[bytes, bytes | None] | None = field(default=None, repr=False)
+    # key -> live sequence number when the group is not one run ({}: every id absent); None for a run
+    _found: dict[bytes, int | None] | None = field(default=None, repr=False)
 
     def per_batch(self, store: DedupStore) -> list[Lookup]:
         """Each batch's Lookup, in record order. A run kept no map from ids to numbers (nearly every group
@@ -96,27 +85,17 @@ class GroupLookup:
             return [look_up(store, ids) for ids in self.batches]
         if not self._found:  # every id absent (a store catching up from scratch): nothing to map
             return [Lookup([None] * len(ids), None) for ids in self.batches]
-        cut, found = store.state.first_live_seq, self._found
         keys = encode_ids(list(chain.from_iterable(self.batches)))
-        seqs = [_live(found[key], cut) for key in keys]
+        seqs = list(map(self._found.__getitem__, keys))
         bounds = list(accumulate((len(ids) for ids in self.batches), initial=0))
         return [as_lookup(seqs[start:stop]) for start, stop in pairwise(bounds)]
-
-
-def _live(value: bytes | None, cut: int) -> int | None:
-    if value is None:
-        return None
-    seq = decode_seq_value(value)
-    return seq if seq >= cut else None
 
 
 def seqs_of(store: DedupStore, ids: Sequence[bytes]) -> list[int | None]:
     """Each id's live sequence number in ``store`` (None: absent, or aged out), with one multi-get."""
     if not ids:
         return []
-    values = store.family(CF_IDS)[encode_ids(ids)]
-    cut = store.state.first_live_seq
-    return [_live(value, cut) for value in values]
+    return store.live_seqs(encode_ids(ids), per_call=len(ids))
 
 
 def as_lookup(seqs: list[int | None]) -> Lookup:
@@ -148,17 +127,17 @@ def look_up_group(store: DedupStore, batches: Sequence[Sequence[bytes]]) -> Grou
     if run_start is not None:
         return GroupLookup(batches, len(keys), run_start)
     ordered = key_order(keys)
-    values = _multi_get(store, ordered)
-    run_start = _run_start(values, store.state.first_live_seq)
+    seqs = _multi_get(store, ordered)
+    run_start = _run_start(seqs)
     if run_start is not None:
         return GroupLookup(batches, len(ordered), run_start)
-    if values.count(None) == len(values):
+    if seqs.count(None) == len(seqs):
         return GroupLookup(batches, len(ordered), None, {})
-    return GroupLookup(batches, len(ordered), None, dict(zip(ordered, values, strict=True)))
+    return GroupLookup(batches, len(ordered), None, dict(zip(ordered, seqs, strict=True)))
 
 
-def _multi_get(store: DedupStore, keys: list[bytes]) -> list[bytes | None]:
-    return store.raw_values(keys, per_call=MULTI_GET_KEYS)
+def _multi_get(store: DedupStore, keys: list[bytes]) -> list[int | None]:
+    return store.live_seqs(keys, per_call=MULTI_GET_KEYS)
 
 
 def run_by_digests(store: DedupStore, keys: list[bytes]) -> int | None:
@@ -168,72 +147,28 @@ def run_by_digests(store: DedupStore, keys: list[bytes]) -> int | None:
     count = len(keys)
     if count == 0:
         return None
-    state = store.state
-    ends = store.family(CF_IDS)[[keys[0], keys[-1]]]
-    if None in ends:
+    first, last = store.live_seqs([keys[0], keys[-1]])
+    if first is None or last is None:
         return None
-    first = decode_seq_value(ends[0])
     stop = first + count
-    if first < state.first_live_seq or stop > state.next_seq or decode_seq_value(ends[1]) != stop - 1:
+    if stop > store.state.next_seq or last != stop - 1:
         return None
-    looked_up = _digest_check(store, keys, first)
-    if looked_up is None:
+    unchecked = store.match_digests(keys, first)
+    if unchecked is None:
         return None
     # in key order: the lookups then walk the store's blocks in order
-    places = sorted(set(looked_up).union(range(0, count, SPOT_CHECK_STRIDE)), key=keys.__getitem__)
-    values = _multi_get(store, [keys[place] for place in places])
-    if None in values or list(map(decode_seq_value, values)) != [first + place for place in places]:
+    places = sorted(set(unchecked).union(range(0, count, SPOT_CHECK_STRIDE)), key=keys.__getitem__)
+    if _multi_get(store, [keys[place] for place in places]) != [first + place for place in places]:
         return None
     return first
 
 
-def _digest_check(store: DedupStore, keys: list[bytes], first: int) -> list[int] | None:
-    """Walk the batches covering numbers ``first..first+len(keys)-1``: each of their digest chunks the keys
-    cover whole must have the digest of the keys at its places. Returns the places left to look up (chunks
-    covered in part, at the edges; batches without digests); None on a mismatch or a gap in the batches."""
-    stop = first + len(keys)
-    looked_up: list[int] = []
-    reached = first  # every number below is accounted for
-    it = store.family(CF_TIMES).iter()
-    try:
-        it.seek_for_prev(encode_seq(first))
-        while it.valid() and reached < stop:
-            batch_first, value = decode_seq(it.key()), it.value()
-            batch_stop = batch_first + times_count(value)
-            if batch_first > reached or batch_stop <= reached:
-                return None  # a gap: not what record() writes
-            high = min(batch_stop, stop)
-            digests = times_digests(value)
-            if digests is None:
-                looked_up.extend(range(reached - first, high - first))
-                reached = high
-            chunk = (reached - batch_first) // DIGEST_CHUNK
-            while reached < high:
-                chunk_first = batch_first + chunk * DIGEST_CHUNK
-                chunk_stop = min(chunk_first + DIGEST_CHUNK, batch_stop)
-                if chunk_first == reached and chunk_stop <= high:
-                    wanted = digests[chunk * DIGEST_BYTES : (chunk + 1) * DIGEST_BYTES]
-                    if chunk_digest(keys[reached - first : chunk_stop - first]) != wanted:
-                        return None
-                    reached = chunk_stop
-                else:  # the keys cover this chunk in part: look those up
-                    end = min(chunk_stop, high)
-                    looked_up.extend(range(reached - first, end - first))
-                    reached = end
-                chunk += 1
-            it.next()
-    finally:
-        del it
-    return looked_up if reached == stop else None
-
-
-def _run_start(values: list[bytes | None], cut: int) -> int | None:
-    """The first number when ``values`` are exactly a run of consecutive live numbers, in any order."""
-    if not values or None in values:
+def _run_start(seqs: list[int | None]) -> int | None:
+    """The first number when ``seqs`` are exactly a run of consecutive numbers, in any order."""
+    if not seqs or None in seqs:
         return None
-    seqs = list(map(int.from_bytes, values))  # big-endian by default (3.11+): the codec's order, at C speed
     low = min(seqs)
-    if low < cut or max(seqs) - low != len(seqs) - 1 or len(set(seqs)) != len(seqs):
+    if max(seqs) - low != len(seqs) - 1 or len(set(seqs)) != len(seqs):
         return None
     return low
 

@@ -16,8 +16,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rocksdict import Checkpoint
-
 from dedupectl.errors import SnapshotError, StoreError
 from store.dedup_store import DedupStore
 
@@ -85,13 +83,10 @@ def take_checkpoint(store: DedupStore, target: Path) -> CheckpointFacts:
         ) from error
     state, identity = store.state, store.identity
     oldest = _oldest_timestamp_ms(store)
-    checkpoint = Checkpoint(store.db)
     try:
-        checkpoint.create_checkpoint(str(target))
+        store.checkpoint(target)
     except Exception as error:
         raise SnapshotError(f"RocksDB could not checkpoint {store.path}: {error}") from error
-    finally:
-        del checkpoint  # it references the DB: the store could not close while it lives
     return CheckpointFacts(
         topic=identity.topic,
         partition=identity.partition,

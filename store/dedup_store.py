@@ -22,7 +22,7 @@ from operator import is_not
 from pathlib import Path
 
 import numpy as np
-from rocksdict import AccessType, Rdict, ReadOptions, WriteBatch
+from rocksdict import AccessType, Checkpoint, Rdict, ReadOptions, WriteBatch
 
 from dedupectl.errors import (
     DataDirError,
@@ -39,6 +39,8 @@ from store.codec import (
     CF_SEQ,
     CF_TIMES,
     COLUMN_FAMILIES,
+    DIGEST_BYTES,
+    DIGEST_CHUNK,
     IDS_LOWER,
     IDS_UPPER,
     LEGACY_FAMILIES,
@@ -49,6 +51,7 @@ from store.codec import (
     StoreIdentity,
     StoreState,
     batch_digests,
+    chunk_digest,
     decode_identity,
     decode_seq,
     decode_state,
@@ -59,9 +62,11 @@ from store.codec import (
     encode_seq_values,
     encode_state,
     encode_times,
+    live_seqs_of,
     seq_width,
     times_at,
     times_count,
+    times_digests,
     times_offset_at,
     times_offsets,
     without_digests,
@@ -389,10 +394,9 @@ class DedupStore:
             if values.count(None) == len(values):  # the usual list: no id seen before, nothing to write
                 continue
             start = number * LOOKUP_CHUNK
-            if cut == 0:  # nothing aged yet: presence is the answer
-                found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
-            else:
-                found[start : start + len(values)] = [v is not None and int.from_bytes(v, "big") >= cut for v in values]
+            if cut:  # something has aged: an id below the cut reads as absent
+                values = live_seqs_of(values, cut)
+            found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
         return found
 
     # -- the id filter -------------------------------------------------------------------------------
@@ -490,22 +494,21 @@ class DedupStore:
         except OSError as error:  # the next open builds it again: slower, never wrong
             log.warning("could not save the id filter of %s: %s", self.path, error)
 
-    def get_many(self, ids: Sequence[bytes]) -> list[bytes | None]:
-        """Raw ``ids`` values (see codec) for each id, ``None`` where absent or aged out."""
-        values = self.raw_values(encode_ids(ids))
-        cut = self._state.first_live_seq
-        return [None if value is None or int.from_bytes(value, "big") < cut else value for value in values]
+    def live_seqs(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[int | None]:
+        """The sequence number of each encoded id (``store.codec.encode_ids``) within the window, None where
+        absent or aged out; ``per_call`` keys a multi-get (reconcile sends a thousand at a time, in key order)."""
+        return live_seqs_of(self._raw_values(keys, per_call), self._state.first_live_seq)
 
     def lookup_many(self, ids: Sequence[bytes]) -> list[tuple[int, int] | None]:
         """For each id, ``(seq, timestamp_ms)`` where present, else ``None``."""
-        seqs = [None if value is None else int.from_bytes(value, "big") for value in self.get_many(ids)]
+        seqs = self.live_seqs(encode_ids(ids))
         found = sorted({seq for seq in seqs if seq is not None})
         stamps = dict(zip(found, self.timestamps(found), strict=True))
         return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
 
-    def raw_values(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[bytes | None]:
+    def _raw_values(self, keys: list[bytes], per_call: int) -> list[bytes | None]:
         """The ``ids`` family's values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a
-        multi-get (reconcile sends a thousand present keys at a time, in key order)."""
+        multi-get."""
         if len(keys) <= per_call:
             return self._ids[keys] if keys else []
         values: list[bytes | None] = []
@@ -514,7 +517,7 @@ class DedupStore:
         return values
 
     def _value_lists(self, keys: list[bytes], per_call: int) -> Iterator[list[bytes | None]]:
-        """``raw_values`` of ``keys``, one multi-get's list at a time."""
+        """``_raw_values`` of ``keys``, one multi-get's list at a time."""
         ids = self._ids
         for start in range(0, len(keys), per_call):
             yield ids[keys[start : start + per_call]]
@@ -570,12 +573,11 @@ class DedupStore:
         placed: list[int | None] = [None] * len(ids)
         taken: set[int] = set()
         keys_taken: set[bytes] = set()
-        cut = self._state.first_live_seq
-        for index, (key, value, offset) in enumerate(zip(keys, self.raw_values(keys), offsets, strict=True)):
+        for index, (key, live, offset) in enumerate(zip(keys, self.live_seqs(keys), offsets, strict=True)):
             seq = seq_of.get(offset)
             if seq is None or seq in taken or key in keys_taken:
                 continue
-            if value is not None and int.from_bytes(value, "big") >= cut:
+            if live is not None:
                 continue  # not lost: live under its own number
             batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._ids_handle)
             taken.add(seq)
@@ -644,6 +646,47 @@ class DedupStore:
         finally:
             del it
 
+    def match_digests(self, keys: list[bytes], first: int) -> list[int] | None:
+        """Check ``keys`` (encoded, in order) against the batch digests of sequence numbers
+        ``first..first+len(keys)-1``, without a lookup per id: every digest chunk they cover whole must have
+        the digest of the keys at its places. Returns the places (indexes into ``keys``) no digest vouches for,
+        which only a lookup can check (chunks covered in part, at the edges; batches without digests); None
+        when a digest disagrees or a number has no batch."""
+        stop = first + len(keys)
+        unchecked: list[int] = []
+        reached = first  # every number below is accounted for
+        it = self._times.iter()
+        try:
+            it.seek_for_prev(encode_seq(first))
+            while it.valid() and reached < stop:
+                batch_first, value = decode_seq(it.key()), it.value()
+                batch_stop = batch_first + times_count(value)
+                if batch_first > reached or batch_stop <= reached:
+                    return None  # a gap: not what record() writes
+                high = min(batch_stop, stop)
+                digests = times_digests(value)
+                if digests is None:
+                    unchecked.extend(range(reached - first, high - first))
+                    reached = high
+                chunk = (reached - batch_first) // DIGEST_CHUNK
+                while reached < high:
+                    chunk_first = batch_first + chunk * DIGEST_CHUNK
+                    chunk_stop = min(chunk_first + DIGEST_CHUNK, batch_stop)
+                    if chunk_first == reached and chunk_stop <= high:
+                        wanted = digests[chunk * DIGEST_BYTES : (chunk + 1) * DIGEST_BYTES]
+                        if chunk_digest(keys[reached - first : chunk_stop - first]) != wanted:
+                            return None
+                        reached = chunk_stop
+                    else:  # the keys cover this chunk in part: those need lookups
+                        end = min(chunk_stop, high)
+                        unchecked.extend(range(reached - first, end - first))
+                        reached = end
+                    chunk += 1
+                it.next()
+        finally:
+            del it
+        return unchecked if reached == stop else None
+
     def _times_batches(self, seqs: list[int]) -> Iterator[tuple[bytes, int, bytes, list[int]]]:
         """For ``seqs`` (sorted), each ``times`` batch holding some of them, one seek per batch: its key, its
         first sequence number, its value and the numbers of ``seqs`` it holds."""
@@ -695,14 +738,23 @@ class DedupStore:
             self._seq_view = view = SeqView(self._ids, low, self._state.next_seq)
         return view
 
+    def compactions_running(self) -> int:
+        """How many compactions RocksDB is running on this store now (any family)."""
+        return self._db.property_int_value("rocksdb.num-running-compactions") or 0
+
+    def compaction_pending(self) -> bool:
+        """Whether RocksDB counts a compaction of the ids as pending (FIFO may count one it never picks)."""
+        return bool(self._ids.property_int_value("rocksdb.compaction-pending"))
+
     @property
     def db(self) -> Rdict:
         """The underlying database, for the inspection and aging modules of this package."""
         return self._db
 
     def family(self, name: str) -> Rdict:
-        """A column family by name. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq ->
-        messageId`` of the live ids, built on first use (see ``iter_by_seq``)."""
+        """A column family by name, for this package's modules and their tests: the layers above use the methods
+        of this class. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq -> messageId`` of
+        the live ids, built on first use (see ``iter_by_seq``)."""
         if name == CF_SEQ:
             return self._view(self._state.first_live_seq, self._state.next_seq).db
         return {CF_IDS: self._ids, CF_TIMES: self._times, CF_META: self._meta}[name]
@@ -776,13 +828,12 @@ class DedupStore:
         WriteBatch; returns how many were there. Sequence numbers and covered offsets do not change."""
         self._require_writable()
         keys = encode_ids(ids)
-        cut = self._state.first_live_seq
         batch = WriteBatch(raw_mode=True)
         removed: list[int] = []
-        for key, value in zip(keys, self.raw_values(keys), strict=True):
-            if value is not None and int.from_bytes(value, "big") >= cut:
+        for key, seq in zip(keys, self.live_seqs(keys), strict=True):
+            if seq is not None:
                 batch.delete(key, self._ids_handle)
-                removed.append(int.from_bytes(value, "big"))
+                removed.append(seq)
         if removed:
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
@@ -809,6 +860,16 @@ class DedupStore:
     def _require_writable(self) -> None:
         if not self.writable:
             raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
+
+    def checkpoint(self, target: Path) -> None:
+        """Write a RocksDB checkpoint of the whole store into ``target`` (which must not exist): consistent
+        across the families, SST files hard-linked when ``target`` is on the same filesystem. RocksDB flushes
+        the memtables first, so only the process that has the store open read-write gets a complete one."""
+        checkpoint = Checkpoint(self._db)
+        try:
+            checkpoint.create_checkpoint(str(target))
+        finally:
+            del checkpoint  # it references the DB: the store could not close while it lives
 
     def flush(self) -> None:
         """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""

@@ -19,6 +19,7 @@ from dedupectl.cli.common import JsonOption
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy
+from store.codec import COLUMN_FAMILIES
 from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
 from store.inspect_stats import StoreStats, store_stats
 from store.operations import age_stores, compact_stores, list_sst, lookup_ids
@@ -303,12 +304,14 @@ def stats(
 
 # -- sst -------------------------------------------------------------------------------------------------
 
+_FAMILY_NAMES = ", ".join(COLUMN_FAMILIES[:-1]) + f" or {COLUMN_FAMILIES[-1]}"  # the store's families, as words
+
 
 def sst(
     data_dir: Path = DataDirOption,
     topic: str | None = TopicOption,
     partition: list[int] | None = PartitionOption,
-    family: list[str] | None = typer.Option(None, "--family", "-f", help="ids, times or meta (repeatable)."),
+    family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     json_output: bool = JsonOption,
 ) -> None:
     """The live SST files: family, level, size, smallest and largest key, entries and deletions (tombstones).
@@ -318,8 +321,8 @@ def sst(
     Example: dedupectl sst -d /var/lib/dedupectl -p 3 -f ids
     """
     for name in family or []:
-        if name not in ("ids", "times", "meta"):
-            raise ConfigError(f"unknown family {name!r}", "use ids, times or meta")
+        if name not in COLUMN_FAMILIES:
+            raise ConfigError(f"unknown family {name!r}", f"use {_FAMILY_NAMES}")
     rows = list_sst(_refs(data_dir, topic, partition), family)
     if json_output:
         print_json(rows)
@@ -375,7 +378,7 @@ def compactions(
     topic: str | None = TopicOption,
     partition: list[int] | None = PartitionOption,
     last: int = typer.Option(20, "--last", "-n", help="How many recent jobs per partition."),
-    family: list[str] | None = typer.Option(None, "--family", "-f", help="ids, times or meta (repeatable)."),
+    family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     kind: list[str] | None = typer.Option(
         None, "--kind", "-k", help="flush, compaction or deletion (aging's file drops) (repeatable)."
     ),
