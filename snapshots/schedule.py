@@ -3,8 +3,10 @@
 
 The worker calls ``SnapshotSchedule.maybe_run(stores)`` between batches, in the thread that owns the stores.
 That call only ever takes checkpoints (hard links plus a memtable flush: bounded by the write buffer, not the
-store); hashing, uploading and pruning run on one background thread. Nothing here raises into the worker: a
-failed snapshot is logged and counted, and processing goes on.
+store); hashing, uploading and pruning run on one background thread. The destination is checked when the
+schedule is made (the worker's start): a bad one stops the worker there with a ConfigError. After that nothing
+here raises into the worker: a failed snapshot is logged at error level (and kept in ``stats``), and
+processing goes on.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dedupectl.errors import ConfigError, DedupeError, SnapshotError
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
 from snapshots.progress import NO_PROGRESS
-from snapshots.requests import STAGING_DIR, serve_requests, staging_dir
+from snapshots.requests import STAGING_DIR, remove_if_empty, remove_staging, serve_requests, staging_dir
 from store.dedup_store import DedupStore
 
 if TYPE_CHECKING:
@@ -73,7 +76,34 @@ class SnapshotSchedule:
         # abandoned upload has no manifest, so it is never listed; its staging is removed on a later start)
         self._publishing: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._local_root: Path | None = None  # a local destination, re-checked before every round
+        if self.config.every_s is not None:
+            self._check_destination()
         self._remove_stale_staging()
+
+    def _check_destination(self) -> None:
+        """At start, not at the first round: a mistyped or unmounted destination stops the worker with one
+        line (ConfigError) before it takes any partition."""
+        from snapshots.backends import EbsBackend, LocalBackend, open_backend
+        from snapshots.backends.ebs import TAG_TOPIC, describe_volume, tags_of
+
+        spec = self.config.destination
+        try:
+            backend = open_backend(spec, data_dir=self.data_dir, aws=self.config.aws)
+            if not (isinstance(backend, LocalBackend) and spec is None):  # the default is made on first use
+                backend.check_writable()
+            if isinstance(backend, EbsBackend):
+                tags = tags_of(describe_volume(backend.ec2, backend.volume_id or ""))
+                if tags.get(TAG_TOPIC) not in (None, self.topic):
+                    raise SnapshotError(
+                        f"volume {backend.volume_id} is tagged for topic {tags[TAG_TOPIC]!r}, not {self.topic!r}",
+                        "pass the volume that holds this worker's data directory",
+                    )
+        except DedupeError as error:
+            shown = spec if spec is not None else f"{self.data_dir}/snapshots"
+            raise ConfigError(f"--snapshot-to {shown}: {error.message}", error.hint) from error
+        if isinstance(backend, LocalBackend) and spec is not None:
+            self._local_root = backend.root
 
     def maybe_run(self, stores: Mapping[int, DedupStore]) -> None:
         """Between batches: answer checkpoint requests, and take the scheduled snapshots when due."""
@@ -98,6 +128,11 @@ class SnapshotSchedule:
             self.stats.skipped_rounds += 1
             log.warning("the previous scheduled snapshots are still being published: skipping this round")
             return
+        if self._local_root is not None and not self._local_root.is_dir():  # no checkpoint for nowhere to go
+            raise SnapshotError(
+                f"snapshot destination {self._local_root} does not exist (any more)",
+                "check that its disk is mounted; no checkpoint was taken",
+            )
         staged: list[tuple[str, CheckpointFacts]] = []
         for partition, store in sorted(stores.items()):
             snapshot_id = str(new_snapshot_id(self.topic, partition, int(time.time() * 1000)))
@@ -105,7 +140,7 @@ class SnapshotSchedule:
             try:
                 staged.append((snapshot_id, take_checkpoint(store, staging / STORE_DIR)))
             except Exception as error:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(self.data_dir, snapshot_id)
                 self._failed(f"checkpoint of {self.topic}[{partition}]", error)
         if staged:
             self._publishing = threading.Thread(
@@ -121,7 +156,7 @@ class SnapshotSchedule:
             backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
         except Exception as error:
             for snapshot_id, _ in staged:
-                shutil.rmtree(staging_dir(self.data_dir, snapshot_id), ignore_errors=True)
+                remove_staging(self.data_dir, snapshot_id)
                 self._failed(f"snapshot {snapshot_id}", error)
             return
         for snapshot_id, facts in staged:
@@ -137,7 +172,7 @@ class SnapshotSchedule:
             except Exception as error:
                 self._failed(f"snapshot {snapshot_id}", error)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(self.data_dir, snapshot_id)
         if self.config.keep is not None:
             try:
                 from snapshots.catalog import prune_backend
@@ -163,6 +198,7 @@ class SnapshotSchedule:
                     shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 continue
+        remove_if_empty(root)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the round being published; True when none is left running."""

@@ -4,9 +4,10 @@ credentials for the session's moto server."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,11 +122,13 @@ class Ec2:
         )
         return reservation["Instances"][0]["InstanceId"]
 
-    def volume(self, tags: dict[str, str], zone: str = "us-east-1a", attach_to: str | None = None) -> str:
+    def volume(
+        self, tags: dict[str, str], zone: str = "us-east-1a", attach_to: str | None = None, device: str = "/dev/sdf"
+    ) -> str:
         spec = [{"ResourceType": "volume", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}] if tags else []
         volume_id = self.client.create_volume(AvailabilityZone=zone, Size=10, TagSpecifications=spec)["VolumeId"]
         if attach_to is not None:
-            self.client.attach_volume(VolumeId=volume_id, InstanceId=attach_to, Device="/dev/sdf")
+            self.client.attach_volume(VolumeId=volume_id, InstanceId=attach_to, Device=device)
         return volume_id
 
     def attached_to(self, volume_id: str) -> str | None:
@@ -138,3 +141,35 @@ def ec2(aws_env: str) -> Ec2:
     import boto3
 
     return Ec2(boto3.client("ec2", endpoint_url=aws_env), aws_env)
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    path: Path  # the mount point: a data directory on a filesystem of its own
+    device: str  # the block device it is mounted from, e.g. /dev/loop3
+
+
+@pytest.fixture
+def volume_mount(tmp_path: Path) -> Iterator[VolumeMount]:
+    """A real ext4 filesystem on a loop device mounted at ``tmp_path/mnt``: a data directory on a volume of its
+    own, as on an instance (attach the moto volume as ``device`` to stand for it in EC2). Needs root."""
+    if os.geteuid() != 0 or not all(shutil.which(tool) for tool in ("mkfs.ext4", "losetup", "mount", "umount")):
+        pytest.skip("a loop-mounted filesystem needs root, mkfs.ext4, losetup, mount and umount")
+    image, mount = tmp_path / "volume.img", tmp_path / "mnt"
+    mount.mkdir()
+    with open(image, "wb") as handle:
+        handle.truncate(64 * 1024 * 1024)
+    subprocess.run(["mkfs.ext4", "-q", str(image)], check=True)
+    attached = subprocess.run(["losetup", "--find", "--show", str(image)], capture_output=True, text=True)
+    if attached.returncode != 0:
+        pytest.skip(f"no loop device: {attached.stderr.strip()}")
+    device = attached.stdout.strip()
+    try:
+        mounted = subprocess.run(["mount", device, str(mount)], capture_output=True, text=True)
+        if mounted.returncode != 0:
+            pytest.skip(f"cannot mount {device}: {mounted.stderr.strip()}")
+        yield VolumeMount(mount, device)
+    finally:
+        if os.path.ismount(mount):
+            subprocess.run(["umount", "--lazy", str(mount)], check=False)
+        subprocess.run(["losetup", "--detach", device], check=False, capture_output=True)
