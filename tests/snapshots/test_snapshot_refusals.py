@@ -333,3 +333,36 @@ def test_plain_progress_lines_for_long_steps_in_mib(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines[0] == "uploading s-0-20260101T000000.000Z: 1.0 MiB of 3.0 MiB"
     assert lines[1].startswith("uploading s-0-20260101T000000.000Z: 3.0 MiB in ")
+
+
+def test_ebs_snapshot_of_an_untagged_volume_that_the_mount_shows_holds_the_store(
+    cli, ec2, make_store, unique_name, volume_mount
+):
+    topic = unique_name("mounted")
+    data_dir = volume_mount.path
+    make_store(data_dir, topic, 0, 200)
+    volume = ec2.volume({}, attach_to=ec2.instance(), device=volume_mount.device)
+    endpoint = ["--endpoint-url", ec2.endpoint_url]
+    result = cli("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", f"ebs:{volume}", *endpoint, "--json")
+    assert result.exit_code == 0, result.stderr
+    (created,) = json.loads(result.stdout)
+    (snapshot,) = ec2.client.describe_snapshots(SnapshotIds=[created["location"]])["Snapshots"]
+    assert snapshot["VolumeId"] == volume
+    assert sorted(p.name for p in data_dir.iterdir()) == sorted([f"{topic}-0", "lost+found"]), "no leftovers"
+
+
+@pytest.mark.parametrize(
+    ("mounted", "attached", "same"),
+    [
+        ("/dev/xvdf", "/dev/sdf", True),
+        ("/dev/xvdf1", "/dev/sdf", True),
+        ("/dev/sdf", "/dev/sdf", True),
+        ("/dev/xvdg", "/dev/sdf", False),
+        ("/dev/vda", "/dev/sdf", False),
+        ("overlay", "/dev/sdf", False),
+    ],
+)
+def test_mount_device_against_attachment_device(mounted, attached, same):
+    from snapshots.volumes import same_device
+
+    assert same_device(mounted, attached) is same
