@@ -13,7 +13,6 @@ attachment): a store validated on another disk says nothing about the volume.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -32,7 +31,7 @@ from snapshots.backends.ebs import (
     tags_of,
     wait_for,
 )
-from snapshots.volumes import placement
+from snapshots.volumes import mount_of, placement
 from snapshots.workers import describe, is_live, read_statuses, stop_worker
 from store.dedup_store import DedupStore
 from store.layout import store_path
@@ -205,20 +204,13 @@ def _check_worker(request: ReattachRequest, topic: str | None, steps: _Steps) ->
         detail.append(f"{describe(status)} exited {seconds:.1f}s after SIGTERM{extra}")
 
 
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem holding ``path``."""
-    current = Path(os.path.realpath(path))
-    while not os.path.ismount(current):
-        current = current.parent
-    return current
-
-
 def _check_mount(request: ReattachRequest, steps: _Steps) -> None:
     """A volume must not be detached while its filesystem is mounted. The data directory's mount is that
-    volume's, unless it is the root filesystem (which cannot be the volume being moved)."""
+    volume's, unless it is the root filesystem (which cannot be the volume being moved). The mount is read
+    from the same table as the device check, so both speak of the same filesystem."""
     if request.data_dir is None:
         return
-    mount = mount_point(request.data_dir)
+    mount = mount_of(request.data_dir).point
     if mount == Path("/"):
         steps.note("check mount", f"{request.data_dir} is on the root filesystem: nothing to unmount", "done")
         return

@@ -47,11 +47,11 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
 
 
-def mount_of(path: Path, mountinfo: Path = MOUNTINFO) -> Mount:
+def mount_of(path: Path, mountinfo: Path | None = None) -> Mount:
     """The mount that holds ``path`` (the nearest existing ancestor when it does not exist yet)."""
     real = Path(os.path.realpath(path))
     best: Mount | None = None
-    for line in mountinfo.read_text().splitlines():
+    for line in (mountinfo or MOUNTINFO).read_text().splitlines():
         fields, _, tail = line.partition(" - ")
         parts, rest = fields.split(), tail.split()
         if len(parts) < 5 or len(rest) < 2:
@@ -62,11 +62,11 @@ def mount_of(path: Path, mountinfo: Path = MOUNTINFO) -> Mount:
     return best or Mount(Path("/"), "?", "?")
 
 
-def ebs_volume_of_device(source: str, sys_block: Path = SYS_BLOCK) -> str | None:
+def ebs_volume_of_device(source: str, sys_block: Path | None = None) -> str | None:
     """The EBS volume id an NVMe device (or its partition) reports as its serial, or None."""
     if not source.startswith("/dev/"):
         return None
-    entry = sys_block / Path(os.path.realpath(source)).name
+    entry = (sys_block or SYS_BLOCK) / Path(os.path.realpath(source)).name
     if not entry.exists():
         return None
     node = Path(os.path.realpath(entry))
@@ -93,9 +93,17 @@ def same_device(source: str, attachment_device: str) -> bool:
     return left is not None and right is not None and left.group(1) == right.group(1)
 
 
-def placement(path: Path, volume_id: str, attachment_device: str | None, *, sys_block: Path = SYS_BLOCK) -> Placement:
-    """Is ``path`` on volume ``volume_id``, attached here as ``attachment_device``?"""
-    mount = mount_of(path)
+def placement(
+    path: Path,
+    volume_id: str,
+    attachment_device: str | None,
+    *,
+    mountinfo: Path | None = None,
+    sys_block: Path | None = None,
+) -> Placement:
+    """Is ``path`` on volume ``volume_id``, attached here as ``attachment_device``? (``mountinfo`` and
+    ``sys_block`` default to the kernel's, read at call time.)"""
+    mount = mount_of(path, mountinfo)
     where = f"{path} is on {mount.describe()} ({mount.source}, {mount.fstype})"
     serial = ebs_volume_of_device(mount.source, sys_block)
     if serial is not None:

@@ -1,9 +1,11 @@
-"""Fixtures for snapshot and reattach tests: small real stores, the CLI in and out of process, and AWS
-credentials for the session's moto server."""
+"""Fixtures for snapshot and reattach tests: small real stores, the CLI in and out of process, AWS
+credentials for the session's moto server, and the mounts and block devices a volume check reads (a real
+loop-mounted filesystem with root, a mount table and /sys/class/block of the test's own making without)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -173,3 +175,51 @@ def volume_mount(tmp_path: Path) -> Iterator[VolumeMount]:
         if os.path.ismount(mount):
             subprocess.run(["umount", "--lazy", str(mount)], check=False)
         subprocess.run(["losetup", "--detach", device], check=False, capture_output=True)
+
+
+@dataclass(frozen=True)
+class FakeKernel:
+    """A mount table and a ``/sys/class/block`` of the test's own making, read by ``snapshots.volumes`` in
+    place of the kernel's: which device holds a directory, and which EBS volume an NVMe device is."""
+
+    mountinfo: Path
+    sys_block: Path
+    devices: Path
+
+    def mount(self, point: Path, source: str, fstype: str = "ext4") -> None:
+        """Add a line to the mount table: ``point`` mounted from ``source`` (escaped as the kernel does)."""
+        escaped = os.path.realpath(point).replace("\\", "\\134").replace(" ", "\\040")
+        number = 100 + len(self.mountinfo.read_text().splitlines())
+        with self.mountinfo.open("a") as table:
+            table.write(f"{number} 1 259:{number} / {escaped} rw,relatime shared:{number} - {fstype} {source} rw\n")
+
+    def nvme(self, disk: str, serial: str, partitions: tuple[str, ...] = ()) -> None:
+        """An NVMe disk (``nvme1n1``) whose controller reports ``serial``, as EBS on Nitro does (``vol0abc…``),
+        with its partitions (``nvme1n1p1``), linked from sys/class/block the way the kernel links them."""
+        controller_name = re.fullmatch(r"(nvme\d+)n\d+", disk)
+        assert controller_name is not None, disk
+        controller = self.devices / "nvme" / controller_name.group(1)
+        node = controller / disk
+        node.mkdir(parents=True)
+        (controller / "serial").write_text(f"{serial:<20}\n")  # the kernel pads it with spaces
+        (node / "device").symlink_to(controller)
+        (self.sys_block / disk).symlink_to(node)
+        for partition in partitions:
+            (node / partition).mkdir()
+            (self.sys_block / partition).symlink_to(node / partition)
+
+
+@pytest.fixture
+def fake_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKernel:
+    """The volume checks' view of mounts and devices, without root: the root filesystem on /dev/vda1 and
+    nothing else until the test adds it (``fake_kernel.mount``, ``fake_kernel.nvme``)."""
+    import snapshots.volumes
+
+    root = tmp_path / "kernel"
+    kernel = FakeKernel(root / "mountinfo", root / "sys" / "class" / "block", root / "sys" / "devices")
+    kernel.sys_block.mkdir(parents=True)
+    kernel.devices.mkdir(parents=True)
+    kernel.mountinfo.write_text("21 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n")
+    monkeypatch.setattr(snapshots.volumes, "MOUNTINFO", kernel.mountinfo)
+    monkeypatch.setattr(snapshots.volumes, "SYS_BLOCK", kernel.sys_block)
+    return kernel

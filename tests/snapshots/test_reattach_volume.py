@@ -108,6 +108,92 @@ def test_reattach_refuses_when_the_checked_store_is_not_on_the_volume(cli, ec2, 
     assert "is attached as nothing" in result.stderr
 
 
+@pytest.fixture
+def fake_umount(tmp_path, monkeypatch):
+    """An ``umount`` first on PATH that records its argument and exits with ``fake_umount.code`` (and says
+    ``fake_umount.says`` on stderr): the unmount step without root."""
+
+    class Umount:
+        code, says = 0, ""
+        log = tmp_path / "umount.log"
+
+        def arm(self) -> None:
+            script.write_text(f"#!/bin/sh\necho \"$1\" >> {self.log}\necho '{self.says}' >&2\nexit {self.code}\n")
+            script.chmod(0o755)
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "umount"
+    umount = Umount()
+    umount.arm()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return umount
+
+
+def test_reattach_on_a_mount_table_without_root(cli, ec2, make_store, tmp_path, fake_kernel, fake_umount):
+    """What the loop-mounted tests check for real, from a mount table and an NVMe serial made here: the device
+    check, the unmount plan and step, the live-worker refusal, and the move itself."""
+    old, new = ec2.instance(), ec2.instance()
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    volume = ec2.volume(tags, attach_to=old)
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 500)
+    fake_kernel.nvme("nvme1n1", volume.replace("-", ""))
+    fake_kernel.mount(data_dir, "/dev/nvme1n1")
+    on_volume = f"{data_dir} is on {data_dir} (/dev/nvme1n1, ext4), which is volume {volume}"
+
+    plan = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--dry-run", "--json"))
+    assert plan.exit_code == 0, plan.stderr
+    steps = {s["name"]: s for s in json.loads(plan.stdout)["steps"]}
+    assert (steps["check device"]["status"], steps["check device"]["detail"]) == ("done", on_volume)
+    assert (steps["unmount"]["status"], steps["unmount"]["detail"]) == ("planned", f"would run umount {data_dir}")
+
+    mounted = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
+    assert mounted.exit_code == 2
+    assert error_line(mounted.stderr).startswith(f"error: {data_dir} is on {data_dir}, still mounted: detaching")
+
+    live_status(data_dir, "events", 3)
+    busy = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount"))
+    assert busy.exit_code == 2 and "serves partition 3: refusing to detach its volume" in error_line(busy.stderr)
+    (data_dir / "worker-busy.json").unlink()
+
+    fake_umount.code, fake_umount.says = 32, f"umount: {data_dir}: target is busy."
+    fake_umount.arm()
+    stuck = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount"))
+    assert stuck.exit_code == 2
+    assert error_line(stuck.stderr).startswith(f"error: umount {data_dir} failed: umount: {data_dir}: target is busy.")
+    assert ec2.attached_to(volume) == old, "nothing detached by any refusal"
+
+    fake_umount.code, fake_umount.says = 0, ""
+    fake_umount.arm()
+    moved = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--json"))
+    assert moved.exit_code == 0, moved.stderr
+    assert [s["name"] for s in json.loads(moved.stdout)["steps"]][-6:] == [
+        "unmount", "detach", "wait detached", "attach", "wait attached", "check attached",
+    ]  # fmt: skip
+    assert ec2.attached_to(volume) == new
+    assert fake_umount.log.read_text().splitlines() == [str(data_dir)] * 2
+
+
+def test_reattach_refuses_a_volume_the_serial_shows_is_another(cli, ec2, make_store, tmp_path, fake_kernel):
+    old, new = ec2.instance(), ec2.instance()
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    holder = ec2.volume(tags, attach_to=old)
+    moved = ec2.volume(tags, attach_to=old, device="/dev/sdg")  # tagged alike, but not what -d is on
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 50)
+    fake_kernel.nvme("nvme1n1", holder.replace("-", ""), partitions=("nvme1n1p1",))
+    fake_kernel.mount(data_dir, "/dev/nvme1n1p1")
+    result = cli(*reattach_args(ec2, moved, new, "--data-dir", str(data_dir), "--dry-run"))
+    assert result.exit_code == 2
+    assert error_line(result.stderr) == (
+        f"error: the store checked in {data_dir} is not on volume {moved}: {data_dir} is on {data_dir} "
+        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass -d as the volume's mount on this host, or "
+        "leave -d out to rely on the tags alone"
+    )
+    assert ec2.attached_to(moved) == old
+
+
 def test_reattach_refuses_wrong_partition_zone_or_missing_tags(cli, ec2):
     old, same_zone, other_zone = ec2.instance(), ec2.instance(), ec2.instance("us-east-1b")
     wrong = ec2.volume({"dedupectl:partition": "4"}, attach_to=old)

@@ -351,18 +351,40 @@ def test_ebs_snapshot_of_an_untagged_volume_that_the_mount_shows_holds_the_store
     assert sorted(p.name for p in data_dir.iterdir()) == sorted([f"{topic}-0", "lost+found"]), "no leftovers"
 
 
-@pytest.mark.parametrize(
-    ("mounted", "attached", "same"),
-    [
-        ("/dev/xvdf", "/dev/sdf", True),
-        ("/dev/xvdf1", "/dev/sdf", True),
-        ("/dev/sdf", "/dev/sdf", True),
-        ("/dev/xvdg", "/dev/sdf", False),
-        ("/dev/vda", "/dev/sdf", False),
-        ("overlay", "/dev/sdf", False),
-    ],
-)
-def test_mount_device_against_attachment_device(mounted, attached, same):
-    from snapshots.volumes import same_device
+def test_ebs_snapshot_by_what_the_mount_table_shows_without_root(cli, ec2, tmp_path, make_store, fake_kernel):
+    """The data directory's device decides, as on an instance: an untagged volume is taken when the mount is
+    its device (Xen's xvdf for an sdf attachment) or its NVMe serial; a tagged one is refused when the
+    serial shows the directory is on another volume."""
+    instance = ec2.instance()
+    endpoint = ["--endpoint-url", ec2.endpoint_url]
 
-    assert same_device(mounted, attached) is same
+    def create(data_dir: Path, volume: str):
+        return cli("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", f"ebs:{volume}", *endpoint, "--json")
+
+    by_name = tmp_path / "xen"
+    make_store(by_name, "mt", 0, 100)
+    fake_kernel.mount(by_name, "/dev/xvdf")
+    untagged = ec2.volume({}, attach_to=instance, device="/dev/sdf")
+    result = create(by_name, untagged)
+    assert result.exit_code == 0, result.stderr
+    (created,) = json.loads(result.stdout)
+    assert ec2.client.describe_snapshots(SnapshotIds=[created["location"]])["Snapshots"][0]["VolumeId"] == untagged
+
+    by_serial = tmp_path / "nitro"
+    make_store(by_serial, "mt", 0, 100)
+    holder = ec2.volume({}, attach_to=instance, device="/dev/sdg")
+    fake_kernel.nvme("nvme1n1", holder.replace("-", ""), partitions=("nvme1n1p1",))
+    fake_kernel.mount(by_serial, "/dev/nvme1n1p1")
+    result = create(by_serial, holder)
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in by_serial.iterdir()) == ["mt-0"], "no leftovers"
+
+    tagged_elsewhere = ec2.volume({"dedupectl:topic": "mt", "dedupectl:partition": "0"}, attach_to=instance)
+    result = create(by_serial, tagged_elsewhere)
+    assert result.exit_code == 2
+    assert one_error_line(result.stderr) == (
+        f"error: the store of mt[0] is not on volume {tagged_elsewhere}: {by_serial} is on {by_serial} "
+        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass the volume that holds the data directory"
+    )
+    found = ec2.client.describe_snapshots(Filters=[{"Name": "volume-id", "Values": [tagged_elsewhere]}])
+    assert found["Snapshots"] == []
