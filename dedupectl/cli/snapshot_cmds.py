@@ -24,6 +24,7 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperCommand
 
 from dedupectl.cli.common import JsonOption
 from dedupectl.cli.output import console, err_console, print_json
@@ -140,24 +141,43 @@ class RichTransferProgress:
             self._progress.stop()
 
 
+# click's base of usage errors, from whichever click typer runs on (recent typer carries its own copy)
+_USAGE_ERROR = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "ClickException")
+
+
+def _error_object(error: BaseException) -> dict[str, Any]:
+    """The JSON a failed command prints with --json: what the error line says, split, and the exit code."""
+    if isinstance(error, DedupeError):
+        kind, message, hint, code = type(error).__name__, error.message, error.hint, error.exit_code
+    elif isinstance(error, _USAGE_ERROR):  # an option or argument that does not parse
+        kind, message, hint, code = "usage", error.format_message(), None, error.exit_code
+    else:
+        kind, message, hint, code = "bug", f"unexpected {type(error).__name__}: {error}", None, 70
+    return {"error": {"message": message, "hint": hint, "kind": kind, "exit_code": code}}
+
+
 @contextmanager
 def _json_errors(json_output: bool) -> Iterator[None]:
     """With --json, a failure still prints one JSON document on stdout (an error object), then exits as
     without --json: the same line on stderr and the same exit code."""
     try:
         yield
-    except DedupeError as error:
-        if json_output:
-            kind = type(error).__name__
-            print_json(
-                {"error": {"message": error.message, "hint": error.hint, "kind": kind, "exit_code": error.exit_code}}
-            )
+    except (typer.Exit, typer.Abort):  # --help, or a stop: not a failure
         raise
     except Exception as error:
         if json_output:
-            message = f"unexpected {type(error).__name__}: {error}"
-            print_json({"error": {"message": message, "hint": None, "kind": "bug", "exit_code": 70}})
+            print_json(_error_object(error))
         raise
+
+
+class JsonErrorsCommand(TyperCommand):
+    """A command whose options fail to parse (a bad value, a missing option, a callback's refusal) before its
+    body runs: with --json on the command line, the error object is printed all the same."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        options = args[: args.index("--")] if "--" in args else args
+        with _json_errors("--json" in options):
+            return super().parse_args(ctx, args)
 
 
 ID_COLUMNS = frozenset({"id", "snapshot", "location"})
@@ -207,7 +227,7 @@ def _aws(endpoint_url: str | None, region: str | None) -> AwsOptions:
     return AwsOptions(region=region, endpoint_url=endpoint_url)
 
 
-@snapshot_app.command("create")
+@snapshot_app.command("create", cls=JsonErrorsCommand)
 def create(
     partition: list[int] | None = typer.Option(None, "--partition", "-p", help="Partition to snapshot (repeatable)."),
     all_partitions: bool = typer.Option(
@@ -268,7 +288,7 @@ def create(
     )
 
 
-@snapshot_app.command("list")
+@snapshot_app.command("list", cls=JsonErrorsCommand)
 def list_(
     source: str | None = FromOption,
     data_dir: Path = DataDirOption,
@@ -323,7 +343,7 @@ def _state(info) -> str:
     return f"{info.state} ({info.location})" if info.location.startswith("snap-") else info.state
 
 
-@snapshot_app.command("verify")
+@snapshot_app.command("verify", cls=JsonErrorsCommand)
 def verify(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
     source: str | None = FromOption,
@@ -357,7 +377,7 @@ def verify(
     require_ok(report)
 
 
-@snapshot_app.command("restore")
+@snapshot_app.command("restore", cls=JsonErrorsCommand)
 def restore(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
     source: str | None = FromOption,
@@ -425,7 +445,7 @@ def restore(
     print_table("snapshot restored", ["", ""], rows)
 
 
-@snapshot_app.command("prune")
+@snapshot_app.command("prune", cls=JsonErrorsCommand)
 def prune(
     source: str | None = FromOption,
     keep: int | None = typer.Option(None, "--keep", help="Keep the newest N snapshots of each partition."),
@@ -528,4 +548,4 @@ def reattach(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("reattach")(reattach)
+    app.command("reattach", cls=JsonErrorsCommand)(reattach)

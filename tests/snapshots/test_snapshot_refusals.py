@@ -306,6 +306,50 @@ def test_json_gives_an_error_object_on_failure(cli, tmp_path):
     assert one_error_line(result.stderr).startswith("error: snapshot location")
 
 
+SNAPSHOT_ID = "ev-0-20260101T000000.000Z"
+# every snapshot and reattach command, failing before its body runs (an option that does not parse, a missing
+# one, an option's own check) and in its body: (args, kind, start of the message)
+FAILURES = [
+    (["snapshot", "create", "-p", "abc"], "usage", "Invalid value for '--partition'"),
+    (["snapshot", "create", "-p", "0", "--endpoint-url", "notaurl"], "ConfigError", "--endpoint-url 'notaurl'"),
+    (["snapshot", "create", "-d", "{tmp}", "-p", "0", "--to", "s3:/x"], "ConfigError", "snapshot destination 's3:/x'"),
+    (["snapshot", "list", "--partition", "x"], "usage", "Invalid value for '--partition'"),
+    (["snapshot", "list", "--from", "{tmp}/nonexistent"], "SnapshotError", "snapshot location {tmp}/nonexistent"),
+    (["snapshot", "verify"], "usage", "Missing argument"),
+    (["snapshot", "verify", SNAPSHOT_ID, "--from", "{tmp}"], "SnapshotNotFoundError", f"no snapshot {SNAPSHOT_ID}"),
+    (["snapshot", "restore", SNAPSHOT_ID, "--nope"], "usage", "No such option: --nope"),
+    (["snapshot", "restore", SNAPSHOT_ID, "--from", "{tmp}"], "ConfigError", "restore needs --data-dir"),
+    (["snapshot", "restore", SNAPSHOT_ID, "--from", "s3:/x", "--availability-zone", "z"], "ConfigError", "snapshot"),
+    (["snapshot", "prune", "--keep", "x"], "usage", "Invalid value for '--keep'"),
+    (["snapshot", "prune", "--from", "{tmp}", "--older-than", "3 parsecs"], "ConfigError", "--older-than"),
+    (["reattach", "--partition", "3", "--to-instance", "i-1"], "usage", "Missing option '--volume'"),
+    (["reattach", "-p", "3", "--volume", "vol-1", "--to-instance", "i-1", "--timeout", "soon"], "usage", "Invalid"),
+    (
+        ["reattach", "-p", "3", "--volume", "vol-0123456789abcdef0", "--to-instance", "i-1"],
+        "CloudError",
+        "vol-0123456789abcdef0 does not exist",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "kind", "message"), FAILURES, ids=[" ".join(args) for args, _, _ in FAILURES])
+def test_json_gives_one_error_object_for_every_failure(cli, ec2, tmp_path, monkeypatch, args, kind, message):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", ec2.endpoint_url)  # reattach's volume lookup gets a real answer
+    args = [arg.replace("{tmp}", str(tmp_path)) for arg in args]
+    result = cli(*args, "--json")
+    assert result.exit_code == 2, result
+    document = json.loads(result.stdout)  # one document, nothing else on stdout
+    assert list(document) == ["error"] and document["error"]["exit_code"] == 2
+    assert document["error"]["kind"] == kind, document
+    assert document["error"]["message"].startswith(message.replace("{tmp}", str(tmp_path))), document
+    assert cli(*args).stdout == "", "without --json, nothing on stdout"
+
+
+def test_json_with_help_is_help(cli):
+    result = cli("snapshot", "list", "--json", "--help")
+    assert result.exit_code == 0 and "Usage:" in result.stdout and '"error"' not in result.stdout
+
+
 # -- output when piped ----------------------------------------------------------------------------------
 
 
