@@ -5,8 +5,8 @@ The worker calls ``SnapshotSchedule.maybe_run(stores)`` between batches, in the 
 That call only ever takes checkpoints (hard links plus a memtable flush: bounded by the write buffer, not the
 store); hashing, uploading and pruning run on one background thread. The destination is checked when the
 schedule is made (the worker's start): a bad one stops the worker there with a ConfigError. After that nothing
-here raises into the worker: a failed snapshot is logged at error level (and kept in ``stats``), and
-processing goes on.
+here raises into the worker: a failure is logged at error level, kept in ``stats`` and reported to
+``on_failure`` with its step (the worker counts it in a metric), and processing goes on.
 """
 
 from __future__ import annotations
@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STALE_STAGING_S = 6 * 3600  # staging left by a crash; a live checkpoint is published within minutes
+
+# What failed, as ``on_failure`` hears it: a partition's checkpoint, a snapshot's publish, a whole round before
+# any checkpoint (the destination is gone, say), the pruning after a round.
+FAILURE_STEPS = ("checkpoint", "publish", "round", "prune")
 
 
 @dataclass(frozen=True)
@@ -63,12 +67,16 @@ class SnapshotSchedule:
         config: ScheduleConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        on_failure: Callable[[str], None] | None = None,
+        on_published: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.topic = topic
         self.config = config or ScheduleConfig()
         self.stats = ScheduleStats()
         self._clock = clock
+        self._on_failure = on_failure  # called with one of FAILURE_STEPS, from the publishing thread too
+        self._on_published = on_published
         now = clock()
         self._next_due = None if self.config.every_s is None else now + self.config.every_s
         self._next_request_check = now
@@ -120,7 +128,7 @@ class SnapshotSchedule:
         try:
             self._run_round(stores)
         except Exception as error:
-            self._failed("scheduled snapshot round", error)
+            self._failed("round", "scheduled snapshot round", error)
 
     def _run_round(self, stores: Mapping[int, DedupStore]) -> None:
         self.stats.rounds += 1
@@ -141,7 +149,7 @@ class SnapshotSchedule:
                 staged.append((snapshot_id, take_checkpoint(store, staging / STORE_DIR)))
             except Exception as error:
                 remove_staging(self.data_dir, snapshot_id)
-                self._failed(f"checkpoint of {self.topic}[{partition}]", error)
+                self._failed("checkpoint", f"checkpoint of {self.topic}[{partition}]", error)
         if staged:
             self._publishing = threading.Thread(
                 target=self._publish_round, args=(staged,), name="dedupectl-snapshot", daemon=True
@@ -157,7 +165,7 @@ class SnapshotSchedule:
         except Exception as error:
             for snapshot_id, _ in staged:
                 remove_staging(self.data_dir, snapshot_id)
-                self._failed(f"snapshot {snapshot_id}", error)
+                self._failed("publish", f"snapshot {snapshot_id}", error)
             return
         for snapshot_id, facts in staged:
             staging = staging_dir(self.data_dir, snapshot_id)
@@ -168,9 +176,11 @@ class SnapshotSchedule:
                 with self._lock:
                     self.stats.published += 1
                     self.stats.last_success_ms = int(time.time() * 1000)
+                if self._on_published is not None:
+                    self._on_published()
                 log.info("snapshot %s published to %s", snapshot_id, location)
             except Exception as error:
-                self._failed(f"snapshot {snapshot_id}", error)
+                self._failed("publish", f"snapshot {snapshot_id}", error)
             finally:
                 remove_staging(self.data_dir, snapshot_id)
         if self.config.keep is not None:
@@ -181,13 +191,15 @@ class SnapshotSchedule:
                 if result.deleted:
                     log.info("pruned %d old snapshot(s)", len(result.deleted))
             except Exception as error:
-                self._failed("pruning old snapshots", error)
+                self._failed("prune", "pruning old snapshots", error)
 
-    def _failed(self, what: str, error: Exception) -> None:
+    def _failed(self, step: str, what: str, error: Exception) -> None:
         with self._lock:
             self.stats.failed += 1
             self.stats.last_error = f"{what}: {error}"
         log.error("%s failed (processing continues): %s", what, error)
+        if self._on_failure is not None:
+            self._on_failure(step)
 
     def _remove_stale_staging(self) -> None:
         root = self.data_dir / STAGING_DIR

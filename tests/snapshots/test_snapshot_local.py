@@ -224,11 +224,13 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
     path = make_store(data_dir, "sched", 0, 2_000)
     destination = tmp_path / "hourly"
     destination.mkdir()
+    published: list[int] = []
     schedule = SnapshotSchedule(
         data_dir,
         "sched",
         ScheduleConfig(every_s=3600, destination=str(destination), keep=2),
         clock=lambda: clock[0],
+        on_published=lambda: published.append(1),
     )
     with DedupStore.open_existing(path) as store:
         schedule.maybe_run({0: store})
@@ -239,7 +241,7 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
             schedule.maybe_run({0: store})
             assert schedule.wait(60)
     schedule.close()
-    assert schedule.stats.published == 3 and schedule.stats.failed == 0
+    assert schedule.stats.published == 3 and schedule.stats.failed == 0 and len(published) == 3
     kept = sorted(destination.iterdir())
     assert len(kept) == 2, "keep=2 prunes the oldest"
     manifest = json.loads((kept[-1] / "manifest.json").read_text())
@@ -248,8 +250,13 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
     # the backup disk goes away after the start: the round fails, takes no checkpoint, recreates nothing
     backup_disk = tmp_path / "backup-disk"
     backup_disk.mkdir()
+    failed_steps: list[str] = []
     failing = SnapshotSchedule(
-        data_dir, "sched", ScheduleConfig(every_s=60, destination=str(backup_disk)), clock=lambda: clock[0]
+        data_dir,
+        "sched",
+        ScheduleConfig(every_s=60, destination=str(backup_disk)),
+        clock=lambda: clock[0],
+        on_failure=failed_steps.append,
     )
     backup_disk.rmdir()
     with DedupStore.open_existing(path) as store:
@@ -259,6 +266,7 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
         store.record([b"after-failure"], [1])
     failing.close()
     assert failing.stats.failed == 1 and failing.stats.published == 0
+    assert failed_steps == ["round"], "told to the worker, which counts it in its metrics"
     assert f"snapshot destination {backup_disk} does not exist (any more)" in failing.stats.last_error
     assert not backup_disk.exists(), "a vanished destination is not recreated on the data disk"
     assert not (data_dir / ".snapshot-staging").exists(), "no checkpoint taken for nowhere to go"
