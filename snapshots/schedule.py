@@ -93,20 +93,14 @@ class SnapshotSchedule:
         """At start, not at the first round: a mistyped or unmounted destination stops the worker with one
         line (ConfigError) before it takes any partition."""
         from snapshots.backends import EbsBackend, LocalBackend, open_backend
-        from snapshots.backends.ebs import TAG_TOPIC, describe_volume, tags_of
 
         spec = self.config.destination
         try:
             backend = open_backend(spec, data_dir=self.data_dir, aws=self.config.aws)
-            if not (isinstance(backend, LocalBackend) and spec is None):  # the default is made on first use
-                backend.check_writable()
             if isinstance(backend, EbsBackend):
-                tags = tags_of(describe_volume(backend.ec2, backend.volume_id or ""))
-                if tags.get(TAG_TOPIC) not in (None, self.topic):
-                    raise SnapshotError(
-                        f"volume {backend.volume_id} is tagged for topic {tags[TAG_TOPIC]!r}, not {self.topic!r}",
-                        "pass the volume that holds this worker's data directory",
-                    )
+                backend.check_data_dir(self.topic)
+            elif not (isinstance(backend, LocalBackend) and spec is None):  # the default is made on first use
+                backend.check_writable()
         except DedupeError as error:
             shown = spec if spec is not None else f"{self.data_dir}/snapshots"
             raise ConfigError(f"--snapshot-to {shown}: {error.message}", error.hint) from error

@@ -115,6 +115,34 @@ class EbsBackend:
                 "pass the volume attached here that holds the data directory (see lsblk, and its mount)",
             )
 
+    def check_data_dir(self, topic: str) -> None:
+        """Before the partitions are known (a worker's start): the volume is attached, not tagged for another
+        topic, and holds the data directory: its device, or a partition tag when the device cannot tell.
+        Each snapshot still checks its own partition (check_partition)."""
+        self.check_writable()
+        volume = describe_volume(self.ec2, self._require_volume())
+        tags = tags_of(volume)
+        if tags.get(TAG_TOPIC) not in (None, topic):
+            raise SnapshotError(
+                f"volume {self.volume_id} is tagged for topic {tags[TAG_TOPIC]!r}, not {topic!r}",
+                "pass the volume that holds this worker's data directory",
+            )
+        attachment = live_attachment(volume) or {}
+        found = placement(Path(self.data_dir), self.volume_id, attachment.get("Device"))
+        if found.on is False:
+            raise SnapshotError(
+                f"the data directory {self.data_dir} is not on volume {self.volume_id}: {found.found}",
+                "pass the volume that holds the data directory",
+            )
+        if found.on is None and tagged_partitions(tags) is None:
+            raise SnapshotError(
+                f"volume {self.volume_id} carries no {TAG_PARTITION} tag and nothing shows it holds the data "
+                f"directory {self.data_dir}: {found.found}",
+                f"pass the volume of the data directory's mount; if {self.volume_id} is it, tag it with the "
+                f"partitions it holds: aws ec2 create-tags --resources {self.volume_id} "
+                f"--tags Key={TAG_PARTITION},Value=0,1 Key={TAG_TOPIC},Value={topic}",
+            )
+
     def check_partition(self, topic: str, partition: int) -> None:
         """Refuse unless the volume holds this partition's store: it must be attached, and either the data
         directory's device is that volume or the volume's tags name the partition; a tag for other

@@ -124,10 +124,14 @@ def test_ebs_snapshot_only_of_a_volume_that_holds_the_store(cli, ec2, tmp_path, 
     assert f"volume {other_disk} carries no dedupectl:partition tag and nothing shows it holds {topic}[0]" in line
     assert f"{data_dir} is on the root filesystem" in line and "is attached as /dev/sdf" in line
 
-    with pytest.raises(ConfigError, match="is not attached to any instance"):
-        SnapshotSchedule(
-            data_dir, topic, ScheduleConfig(every_s=3600, destination=f"ebs:{loose}", aws=_aws(ec2.endpoint_url))
-        )
+    def schedule(volume: str) -> SnapshotSchedule:  # a worker's --snapshot-to, checked at its start
+        config = ScheduleConfig(every_s=3600, destination=f"ebs:{volume}", aws=_aws(ec2.endpoint_url))
+        return SnapshotSchedule(data_dir, topic, config)
+
+    with pytest.raises(ConfigError, match=f"--snapshot-to ebs:{loose}: volume {loose} is not attached"):
+        schedule(loose)
+    with pytest.raises(ConfigError, match=f"volume {other_disk} carries no dedupectl:partition tag and nothing"):
+        schedule(other_disk)
 
 
 def _aws(endpoint: str):
@@ -432,3 +436,12 @@ def test_ebs_snapshot_by_what_the_mount_table_shows_without_root(cli, ec2, tmp_p
     )
     found = ec2.client.describe_snapshots(Filters=[{"Name": "volume-id", "Values": [tagged_elsewhere]}])
     assert found["Snapshots"] == []
+
+    def schedule(data_dir: Path, volume: str) -> SnapshotSchedule:  # a worker's --snapshot-to, at its start
+        config = ScheduleConfig(every_s=3600, destination=f"ebs:{volume}", aws=_aws(ec2.endpoint_url))
+        return SnapshotSchedule(data_dir, "mt", config)
+
+    schedule(by_name, untagged)
+    schedule(by_serial, holder)
+    with pytest.raises(ConfigError, match=f"the data directory {by_serial} is not on volume {tagged_elsewhere}"):
+        schedule(by_serial, tagged_elsewhere)
