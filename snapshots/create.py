@@ -14,12 +14,12 @@ from pathlib import Path
 
 from dedupectl import __version__
 from dedupectl.errors import ConfigError, SnapshotError, StoreLockedError, StoreNotFoundError
-from snapshots.backends import AwsOptions, Backend, EbsBackend, SnapshotInfo, open_backend
+from snapshots.backends import AwsOptions, Backend, EbsBackend, LocalBackend, SnapshotInfo, open_backend
 from snapshots.checkpoint import CheckpointFacts, checkpoint_idle_store
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_bytes
 from snapshots.progress import NO_PROGRESS, TransferProgress
-from snapshots.requests import remove_staging, request_checkpoint, staging_dir
+from snapshots.requests import remove_if_empty, remove_staging, request_checkpoint, staging_dir
 from snapshots.workers import describe, live_worker_for
 from store.layout import list_store_dirs
 
@@ -162,7 +162,16 @@ def create_snapshots(
     if isinstance(backend, EbsBackend):  # first: a volume of other partitions is the sharper message
         for store_topic, partition, _ in stores:
             backend.check_partition(store_topic, partition)
+    made = []  # the local destination and its parents that check_writable creates, deepest first
+    folder = backend.root if isinstance(backend, LocalBackend) else None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
     backend.check_writable()  # before any checkpoint: a bad destination costs nothing
-    return [
-        snapshot_partition(data_dir, t, p, path, backend, wait_s=wait_s, progress=progress) for t, p, path in stores
-    ]
+    try:
+        return [
+            snapshot_partition(data_dir, t, p, path, backend, wait_s=wait_s, progress=progress) for t, p, path in stores
+        ]
+    finally:
+        for folder in made:  # a failed create leaves no empty folder behind (one that holds a snapshot stays)
+            remove_if_empty(folder)

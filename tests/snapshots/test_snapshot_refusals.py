@@ -354,6 +354,30 @@ def test_json_with_help_is_help(cli):
     assert result.exit_code == 0 and "Usage:" in result.stdout and '"error"' not in result.stdout
 
 
+def test_a_failed_create_leaves_no_folder_it_made(cli, tmp_path, make_store):
+    from store.dedup_store import DedupStore
+
+    data_dir = tmp_path / "data"
+    path = make_store(data_dir, "left", 0, 10)
+    nested = tmp_path / "new-disk" / "dedupectl"
+    with DedupStore.open_existing(path):  # held by a process that is no worker: create must refuse
+        for destination in ([], ["--to", str(nested), "--mkdir"]):
+            result = cli("snapshot", "create", "-d", str(data_dir), "-p", "0", *destination)
+            assert result.exit_code == 2 and "is locked by a process that is not a worker" in result.stderr
+            assert sorted(p.name for p in data_dir.iterdir()) == ["left-0"], "no empty snapshots/ in the data dir"
+            assert not (tmp_path / "new-disk").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[], ["snapshot", "create"], ["snapshot", "list"], ["snapshot", "restore"], ["snapshot", "prune"], ["reattach"]],
+)
+def test_help_shows_flags_without_a_value(cli, command):
+    text = cli(*command, "--help").stdout
+    flags = [line for line in text.splitlines() if "<bool>" in line and "--help" not in line]
+    assert flags == [], "a flag takes no value: --debug, --json, --dry-run are written alone"
+
+
 # -- output when piped ----------------------------------------------------------------------------------
 
 
