@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -132,7 +133,7 @@ def fake_umount(tmp_path, monkeypatch):
 
 def test_reattach_on_a_mount_table_without_root(cli, ec2, make_store, tmp_path, fake_kernel, fake_umount):
     """What the loop-mounted tests check for real, from a mount table and an NVMe serial made here: the device
-    check, the unmount plan and step, the live-worker refusal, and the move itself."""
+    check, the unmount plan and step, the live-worker refusal, --stop-worker, and the move itself."""
     old, new = ec2.instance(), ec2.instance()
     tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
     volume = ec2.volume(tags, attach_to=old)
@@ -166,11 +167,24 @@ def test_reattach_on_a_mount_table_without_root(cli, ec2, make_store, tmp_path, 
 
     fake_umount.code, fake_umount.says = 0, ""
     fake_umount.arm()
-    moved = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--json"))
-    assert moved.exit_code == 0, moved.stderr
-    assert [s["name"] for s in json.loads(moved.stdout)["steps"]][-6:] == [
-        "unmount", "detach", "wait detached", "attach", "wait attached", "check attached",
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the partition's worker
+    try:
+        time.sleep(0.05)  # the status file is written after the process started, as a worker writes it
+        status = {"pid": stand_in.pid, "host": socket.gethostname(), "worker_id": "stand-in",
+                  "input_topic": "events", "partitions": [3, 5], "updated_at": time.time()}  # fmt: skip
+        (data_dir / "worker-stand-in.json").write_text(json.dumps(status))
+        args = ("--data-dir", str(data_dir), "--stop-worker", "--unmount", "--json")
+        moved = cli(*reattach_args(ec2, volume, new, *args))
+        assert moved.exit_code == 0, moved.stderr
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    steps = json.loads(moved.stdout)["steps"]
+    assert [s["name"] for s in steps][-7:] == [
+        "stop worker", "unmount", "detach", "wait detached", "attach", "wait attached", "check attached",
     ]  # fmt: skip
+    assert "exited" in steps[-7]["detail"] and "also serves 5" in steps[-7]["detail"]
+    assert stand_in.returncode == -signal.SIGTERM, "stopped by SIGTERM, before the unmount"
     assert ec2.attached_to(volume) == new
     assert fake_umount.log.read_text().splitlines() == [str(data_dir)] * 2
 
