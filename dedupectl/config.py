@@ -334,6 +334,12 @@ def _validate(config: WorkerConfig) -> None:
         )
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
         raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
+    if config.snapshot_every_s is None and (config.snapshot_to is not None or config.snapshot_keep is not None):
+        given = " and ".join(name for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None)
+        raise ConfigError(
+            f"{given} applies to scheduled snapshots, which are off without snapshot_every",
+            "add --snapshot-every (e.g. 1h), or drop it",
+        )
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be 0-65535, got {config.metrics_port}")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", config.worker_id):

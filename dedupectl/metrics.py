@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -43,12 +44,26 @@ class WorkerMetrics:
             registry=r,
         )
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
+        self.snapshots_published = Counter(
+            "dedupectl_snapshots_published", "Scheduled snapshots published (--snapshot-every)", registry=r
+        )
+        self.snapshot_failures = Counter(
+            "dedupectl_snapshot_failures",
+            "Failures of scheduled snapshots, by step: checkpoint, publish, round (before any checkpoint), prune",
+            ("step",),
+            registry=r,
+        )
         self.batch_seconds = Histogram(
             "dedupectl_batch_seconds",
             "Time to process one batch, from dedup to store write",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=r,
         )
+
+    def export_snapshot_failures(self, steps: Iterable[str]) -> None:
+        """Export every step's failure count from the start, at 0: an alert on its increase needs the series."""
+        for step in steps:
+            self.snapshot_failures.labels(step)
 
     def forget_store(self, partition: int) -> None:
         """Drop a revoked partition's store gauges: its new owner exports them, a stale copy would mislead."""

@@ -39,7 +39,7 @@ from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
-from snapshots.schedule import ScheduleConfig, SnapshotSchedule
+from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store.aging import AgingPolicy, age_step
 from store.codec import encode_ids
 from store.dedup_store import DedupStore
@@ -146,7 +146,11 @@ class Worker:
             config.data_dir,
             config.input_topic,
             ScheduleConfig(every_s=config.snapshot_every_s, destination=config.snapshot_to, keep=config.snapshot_keep),
+            on_failure=lambda step: self.metrics.snapshot_failures.labels(step).inc(),
+            on_published=self.metrics.snapshots_published.inc,
         )
+        if config.snapshot_every_s is not None:
+            self.metrics.export_snapshot_failures(FAILURE_STEPS)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 

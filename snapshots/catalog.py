@@ -35,6 +35,11 @@ def list_snapshots(
     return sorted(infos, key=lambda info: (info.topic, info.partition, info.created_ms))
 
 
+def empty_location_note(source: str | None, *, data_dir: Path | None = None, aws: AwsOptions | None = None) -> str:
+    """When a listing found nothing: what the location holds instead, in a line."""
+    return open_backend(source, data_dir=data_dir, aws=aws).empty_note()
+
+
 def verify_snapshot(
     source: str | None,
     snapshot_id: str,
@@ -106,7 +111,9 @@ def prune_backend(
     check_policy(keep, older_than_s)  # before any call to the destination
     now_ms = int(time.time() * 1000)
     infos = _filter(backend.list(), topic, partition)
-    doomed = select_for_pruning(infos, keep=keep, older_than_s=older_than_s, now_ms=now_ms)
+    # an invalid snapshot (its name and manifest disagree) neither counts towards --keep nor goes unseen
+    usable = [info for info in infos if info.usable]
+    doomed = select_for_pruning(usable, keep=keep, older_than_s=older_than_s, now_ms=now_ms)
     abandoned = []
     for name in backend.list_incomplete():
         parsed = parse_snapshot_id(name)

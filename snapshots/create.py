@@ -8,19 +8,18 @@ published, whatever happens.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dedupectl import __version__
 from dedupectl.errors import ConfigError, SnapshotError, StoreLockedError, StoreNotFoundError
-from snapshots.backends import AwsOptions, Backend, EbsBackend, SnapshotInfo, open_backend
+from snapshots.backends import AwsOptions, Backend, EbsBackend, LocalBackend, SnapshotInfo, open_backend
 from snapshots.checkpoint import CheckpointFacts, checkpoint_idle_store
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_bytes
 from snapshots.progress import NO_PROGRESS, TransferProgress
-from snapshots.requests import request_checkpoint, staging_dir
+from snapshots.requests import remove_if_empty, remove_staging, request_checkpoint, staging_dir
 from snapshots.workers import describe, live_worker_for
 from store.layout import list_store_dirs
 
@@ -132,7 +131,7 @@ def snapshot_partition(
         manifest, location = publish_staged(backend, snapshot_id, facts, staging / STORE_DIR, progress)
         published = time.perf_counter()
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_staging(data_dir, snapshot_id)
     return CreatedSnapshot(
         **asdict(SnapshotInfo.from_manifest(manifest, location)),
         effective_window_s=manifest.effective_window_s,
@@ -148,20 +147,31 @@ def create_snapshots(
     topic: str | None = None,
     partitions: list[int] | None = None,
     destination: str | None = None,
+    create_destination: bool = False,
     aws: AwsOptions | None = None,
     wait_s: float = 60.0,
     progress: TransferProgress = NO_PROGRESS,
 ) -> list[CreatedSnapshot]:
-    """Snapshot the given partitions (None: every store in ``data_dir``) to ``destination``."""
+    """Snapshot the given partitions (None: every store in ``data_dir``) to ``destination``; a local one must
+    exist unless ``create_destination``."""
     data_dir = Path(data_dir)
     if not data_dir.is_dir():
         raise StoreNotFoundError(f"data directory {data_dir} does not exist", "check --data-dir")
-    backend = open_backend(destination, data_dir=data_dir, aws=aws)
+    backend = open_backend(destination, data_dir=data_dir, aws=aws, create=create_destination)
     stores = resolve_stores(data_dir, topic, partitions)
-    backend.check_writable()  # before any checkpoint: a bad destination costs nothing
-    if isinstance(backend, EbsBackend):
+    if isinstance(backend, EbsBackend):  # first: a volume of other partitions is the sharper message
         for store_topic, partition, _ in stores:
             backend.check_partition(store_topic, partition)
-    return [
-        snapshot_partition(data_dir, t, p, path, backend, wait_s=wait_s, progress=progress) for t, p, path in stores
-    ]
+    made = []  # the local destination and its parents that check_writable creates, deepest first
+    folder = backend.root if isinstance(backend, LocalBackend) else None
+    while folder is not None and not folder.exists() and folder != folder.parent:
+        made.append(folder)
+        folder = folder.parent
+    backend.check_writable()  # before any checkpoint: a bad destination costs nothing
+    try:
+        return [
+            snapshot_partition(data_dir, t, p, path, backend, wait_s=wait_s, progress=progress) for t, p, path in stores
+        ]
+    finally:
+        for folder in made:  # a failed create leaves no empty folder behind (one that holds a snapshot stays)
+            remove_if_empty(folder)

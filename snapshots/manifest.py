@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dedupectl.errors import SnapshotCorruptError
+from snapshots.ids import is_snapshot_id, parse_snapshot_id
 
 MANIFEST_NAME = "manifest.json"
 STORE_DIR = "store"  # the checkpoint's files live under <snapshot>/store/
@@ -139,3 +140,27 @@ def check_file(entry: FileEntry, size: int | None, sha256: str | None) -> FilePr
         found = sha256[:12] if sha256 else "?"
         return FileProblem(entry.name, "corrupt", f"sha256 {found}…, expected {entry.sha256[:12]}…")
     return None
+
+
+def identity_problem(name: str, manifest: Manifest) -> str | None:
+    """How the name a snapshot is stored under (its directory or key prefix, the id asked for) and its manifest
+    disagree, or None when they agree: the manifest's id must be that name, and its topic and partition the
+    ones the name says (the id's time is when it was asked for, the manifest's when the checkpoint was taken)."""
+    if not is_snapshot_id(name):
+        return f"{name!r} is not a snapshot id"
+    from_name = parse_snapshot_id(name)
+    if manifest.snapshot_id == name and (manifest.topic, manifest.partition) == (from_name.topic, from_name.partition):
+        return None
+    return (
+        f"stored as {name} ({from_name.topic}[{from_name.partition}]) but its manifest is for "
+        f"{manifest.snapshot_id} ({manifest.topic}[{manifest.partition}])"
+    )
+
+
+def check_identity(name: str, manifest: Manifest, where: str) -> None:
+    problem = identity_problem(name, manifest)
+    if problem is not None:
+        raise SnapshotCorruptError(
+            f"snapshot {where} is not what its name says: {problem}",
+            "it was renamed or copied under another name: nothing was restored; use the snapshot under its own id",
+        )

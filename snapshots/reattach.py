@@ -6,12 +6,13 @@ mount on this host), the store on it belongs to that partition and no live worke
 sends it SIGTERM and waits); the data directory's filesystem, when it is a separate mount, is unmounted
 (``--unmount``) or the move is refused. Then: detach (with the InstanceId, which EC2 accepts and moto requires), wait
 until available, attach, wait until attached, and check the attachment and tags on the target side.
+With ``--data-dir``, the directory's mount must be the volume being moved (its device against the volume's
+attachment): a store validated on another disk says nothing about the volume.
 ``--dry-run`` runs the checks and prints the remaining steps as a plan.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,16 @@ from pathlib import Path
 
 from dedupectl.errors import DedupeError, ReattachError
 from snapshots.backends.aws import AwsOptions, aws_errors
-from snapshots.backends.ebs import TAG_PARTITION, TAG_TOPIC, describe_volume, tagged_partitions, tags_of, wait_for
+from snapshots.backends.ebs import (
+    TAG_PARTITION,
+    TAG_TOPIC,
+    describe_volume,
+    live_attachment,
+    tagged_partitions,
+    tags_of,
+    wait_for,
+)
+from snapshots.volumes import mount_of, placement
 from snapshots.workers import describe, is_live, read_statuses, stop_worker
 from store.dedup_store import DedupStore
 from store.layout import store_path
@@ -147,6 +157,21 @@ def _check_store(data_dir: Path, topic: str, partition: int) -> str:
     return f"{path} is {topic}[{partition}] (output offset {state.output_offset}, {state.next_seq} ids recorded)"
 
 
+def _check_device(request: ReattachRequest, volume: dict) -> str:
+    """The store checked in the data directory must be on the volume being moved: the directory's mount
+    device against the volume's attachment (or the NVMe serial that names it)."""
+    attachment = live_attachment(volume)
+    device = None if attachment is None else attachment.get("Device")
+    found = placement(Path(request.data_dir), request.volume_id, device)
+    if found.on:
+        return found.found
+    verdict = "is not on" if found.on is False or found.mount.is_root else "cannot be shown to be on"
+    raise ReattachError(
+        f"the store checked in {request.data_dir} {verdict} volume {request.volume_id}: {found.found}",
+        "pass -d as the volume's mount on this host, or leave -d out to rely on the tags alone",
+    )
+
+
 def _check_worker(request: ReattachRequest, topic: str | None, steps: _Steps) -> None:
     if request.data_dir is None:
         steps.note(
@@ -179,20 +204,13 @@ def _check_worker(request: ReattachRequest, topic: str | None, steps: _Steps) ->
         detail.append(f"{describe(status)} exited {seconds:.1f}s after SIGTERM{extra}")
 
 
-def mount_point(path: Path) -> Path:
-    """The mount point of the filesystem holding ``path``."""
-    current = Path(os.path.realpath(path))
-    while not os.path.ismount(current):
-        current = current.parent
-    return current
-
-
 def _check_mount(request: ReattachRequest, steps: _Steps) -> None:
     """A volume must not be detached while its filesystem is mounted. The data directory's mount is that
-    volume's, unless it is the root filesystem (which cannot be the volume being moved)."""
+    volume's, unless it is the root filesystem (which cannot be the volume being moved). The mount is read
+    from the same table as the device check, so both speak of the same filesystem."""
     if request.data_dir is None:
         return
-    mount = mount_point(request.data_dir)
+    mount = mount_of(request.data_dir).point
     if mount == Path("/"):
         steps.note("check mount", f"{request.data_dir} is on the root filesystem: nothing to unmount", "done")
         return
@@ -257,6 +275,10 @@ def reattach_volume(
             detail.append(_check_store(request.data_dir, topic, request.partition))
     else:
         steps.note("check store", "not reachable from here (no --data-dir or no topic): tags checked only", "skipped")
+
+    if request.data_dir is not None:
+        with steps.run("check device") as detail:
+            detail.append(_check_device(request, volume))
 
     _check_worker(request, topic, steps)
     _check_mount(request, steps)

@@ -14,9 +14,11 @@ so its SST files are hard links and the worker is held up only for the memtable 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,9 +38,27 @@ def staging_dir(data_dir: Path, snapshot_id: str) -> Path:
     return Path(data_dir) / STAGING_DIR / snapshot_id
 
 
+def remove_staging(data_dir: Path, snapshot_id: str) -> None:
+    """Remove a snapshot's staging, and the staging folder once nothing else is staged there."""
+    shutil.rmtree(staging_dir(data_dir, snapshot_id), ignore_errors=True)
+    remove_if_empty(Path(data_dir) / STAGING_DIR)
+
+
+def remove_if_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (another snapshot is under way) or already gone
+        folder.rmdir()
+
+
 def _write_atomically(path: Path, document: dict) -> None:
     temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(document))
+    for attempt in range(3):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            temporary.write_text(json.dumps(document))
+            break
+        except FileNotFoundError:  # another requester removed the empty folder in between
+            if attempt == 2:
+                raise
     temporary.replace(path)
 
 
@@ -55,7 +75,6 @@ def request_checkpoint(
 ) -> CheckpointFacts:
     """Ask the live worker serving ``topic[partition]`` to checkpoint it into ``target``; wait for it."""
     folder = Path(data_dir) / REQUESTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
     request, done = folder / f"{snapshot_id}.request", folder / f"{snapshot_id}.done"
     _write_atomically(
         request,
@@ -73,6 +92,7 @@ def request_checkpoint(
         if time.monotonic() >= deadline:
             try:
                 request.unlink()  # withdrawn before the worker claimed it
+                remove_if_empty(folder)
             except FileNotFoundError:  # claimed: the checkpoint is under way, it is quick: give it time
                 if time.monotonic() < deadline + CLAIM_GRACE_S:
                     time.sleep(poll_s)
@@ -85,6 +105,7 @@ def request_checkpoint(
         time.sleep(poll_s)
     answer = json.loads(done.read_text())
     done.unlink(missing_ok=True)
+    remove_if_empty(folder)
     if not answer.get("ok"):
         raise SnapshotError(f"{worker} could not checkpoint {topic}[{partition}]: {answer.get('error')}")
     return CheckpointFacts.from_dict(answer["facts"])

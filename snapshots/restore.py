@@ -13,6 +13,7 @@ what the snapshot lacks, as after any restart.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -58,7 +59,7 @@ def _refuse_if_live(data_dir: Path, topic: str, partition: int, target: Path, re
     if worker is not None:
         raise SnapshotError(
             f"refusing to restore over a live store: {describe(worker)} serves {topic}[{partition}]",
-            "stop that worker first; the store it holds is left untouched",
+            "stop that worker first; nothing was changed",
         )
     if target.exists() and not replace:
         raise SnapshotError(
@@ -97,6 +98,15 @@ def _check_restored(path: Path, topic: str, partition: int, snapshot_id: str) ->
         )
 
 
+def _missing_parents(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
 def restore_snapshot(
     source: str | None,
     snapshot_id: str,
@@ -119,6 +129,7 @@ def restore_snapshot(
     topic, partition = manifest.topic, manifest.partition
     target = store_path(data_dir, topic, partition)
     _refuse_if_live(data_dir, topic, partition, target, replace)
+    created = _missing_parents(data_dir)
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -128,6 +139,7 @@ def restore_snapshot(
     staging = data_dir / f".restore-{snapshot_id}.partial"
     shutil.rmtree(staging, ignore_errors=True)
     moved_aside = None
+    placed = False
     try:
         backend.fetch(snapshot_id, staging, progress)
         _check_restored(staging, topic, partition, snapshot_id)
@@ -142,8 +154,13 @@ def restore_snapshot(
             if moved_aside is not None:  # put the old store back rather than leave the partition without one
                 os.rename(moved_aside, target)
             raise
+        placed = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not placed:  # "nothing was placed" includes the directories made for it
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
     return RestoreResult(
         snapshot_id=snapshot_id,
         topic=topic,

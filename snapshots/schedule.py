@@ -3,8 +3,10 @@
 
 The worker calls ``SnapshotSchedule.maybe_run(stores)`` between batches, in the thread that owns the stores.
 That call only ever takes checkpoints (hard links plus a memtable flush: bounded by the write buffer, not the
-store); hashing, uploading and pruning run on one background thread. Nothing here raises into the worker: a
-failed snapshot is logged and counted, and processing goes on.
+store); hashing, uploading and pruning run on one background thread. The destination is checked when the
+schedule is made (the worker's start): a bad one stops the worker there with a ConfigError. After that nothing
+here raises into the worker: a failure is logged at error level, kept in ``stats`` and reported to
+``on_failure`` with its step (the worker counts it in a metric), and processing goes on.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dedupectl.errors import ConfigError, DedupeError, SnapshotError
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
 from snapshots.progress import NO_PROGRESS
-from snapshots.requests import STAGING_DIR, serve_requests, staging_dir
+from snapshots.requests import STAGING_DIR, remove_if_empty, remove_staging, serve_requests, staging_dir
 from store.dedup_store import DedupStore
 
 if TYPE_CHECKING:
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STALE_STAGING_S = 6 * 3600  # staging left by a crash; a live checkpoint is published within minutes
+
+# What failed, as ``on_failure`` hears it: a partition's checkpoint, a snapshot's publish, a whole round before
+# any checkpoint (the destination is gone, say), the pruning after a round.
+FAILURE_STEPS = ("checkpoint", "publish", "round", "prune")
 
 
 @dataclass(frozen=True)
@@ -60,12 +67,16 @@ class SnapshotSchedule:
         config: ScheduleConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        on_failure: Callable[[str], None] | None = None,
+        on_published: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.topic = topic
         self.config = config or ScheduleConfig()
         self.stats = ScheduleStats()
         self._clock = clock
+        self._on_failure = on_failure  # called with one of FAILURE_STEPS, from the publishing thread too
+        self._on_published = on_published
         now = clock()
         self._next_due = None if self.config.every_s is None else now + self.config.every_s
         self._next_request_check = now
@@ -73,7 +84,28 @@ class SnapshotSchedule:
         # abandoned upload has no manifest, so it is never listed; its staging is removed on a later start)
         self._publishing: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._local_root: Path | None = None  # a local destination, re-checked before every round
+        if self.config.every_s is not None:
+            self._check_destination()
         self._remove_stale_staging()
+
+    def _check_destination(self) -> None:
+        """At start, not at the first round: a mistyped or unmounted destination stops the worker with one
+        line (ConfigError) before it takes any partition."""
+        from snapshots.backends import EbsBackend, LocalBackend, open_backend
+
+        spec = self.config.destination
+        try:
+            backend = open_backend(spec, data_dir=self.data_dir, aws=self.config.aws)
+            if isinstance(backend, EbsBackend):
+                backend.check_data_dir(self.topic)
+            elif not (isinstance(backend, LocalBackend) and spec is None):  # the default is made on first use
+                backend.check_writable()
+        except DedupeError as error:
+            shown = spec if spec is not None else f"{self.data_dir}/snapshots"
+            raise ConfigError(f"--snapshot-to {shown}: {error.message}", error.hint) from error
+        if isinstance(backend, LocalBackend) and spec is not None:
+            self._local_root = backend.root
 
     def maybe_run(self, stores: Mapping[int, DedupStore]) -> None:
         """Between batches: answer checkpoint requests, and take the scheduled snapshots when due."""
@@ -90,7 +122,7 @@ class SnapshotSchedule:
         try:
             self._run_round(stores)
         except Exception as error:
-            self._failed("scheduled snapshot round", error)
+            self._failed("round", "scheduled snapshot round", error)
 
     def _run_round(self, stores: Mapping[int, DedupStore]) -> None:
         self.stats.rounds += 1
@@ -98,6 +130,11 @@ class SnapshotSchedule:
             self.stats.skipped_rounds += 1
             log.warning("the previous scheduled snapshots are still being published: skipping this round")
             return
+        if self._local_root is not None and not self._local_root.is_dir():  # no checkpoint for nowhere to go
+            raise SnapshotError(
+                f"snapshot destination {self._local_root} does not exist (any more)",
+                "check that its disk is mounted; no checkpoint was taken",
+            )
         staged: list[tuple[str, CheckpointFacts]] = []
         for partition, store in sorted(stores.items()):
             snapshot_id = str(new_snapshot_id(self.topic, partition, int(time.time() * 1000)))
@@ -105,8 +142,8 @@ class SnapshotSchedule:
             try:
                 staged.append((snapshot_id, take_checkpoint(store, staging / STORE_DIR)))
             except Exception as error:
-                shutil.rmtree(staging, ignore_errors=True)
-                self._failed(f"checkpoint of {self.topic}[{partition}]", error)
+                remove_staging(self.data_dir, snapshot_id)
+                self._failed("checkpoint", f"checkpoint of {self.topic}[{partition}]", error)
         if staged:
             self._publishing = threading.Thread(
                 target=self._publish_round, args=(staged,), name="dedupectl-snapshot", daemon=True
@@ -121,8 +158,8 @@ class SnapshotSchedule:
             backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
         except Exception as error:
             for snapshot_id, _ in staged:
-                shutil.rmtree(staging_dir(self.data_dir, snapshot_id), ignore_errors=True)
-                self._failed(f"snapshot {snapshot_id}", error)
+                remove_staging(self.data_dir, snapshot_id)
+                self._failed("publish", f"snapshot {snapshot_id}", error)
             return
         for snapshot_id, facts in staged:
             staging = staging_dir(self.data_dir, snapshot_id)
@@ -133,11 +170,13 @@ class SnapshotSchedule:
                 with self._lock:
                     self.stats.published += 1
                     self.stats.last_success_ms = int(time.time() * 1000)
+                if self._on_published is not None:
+                    self._on_published()
                 log.info("snapshot %s published to %s", snapshot_id, location)
             except Exception as error:
-                self._failed(f"snapshot {snapshot_id}", error)
+                self._failed("publish", f"snapshot {snapshot_id}", error)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                remove_staging(self.data_dir, snapshot_id)
         if self.config.keep is not None:
             try:
                 from snapshots.catalog import prune_backend
@@ -146,13 +185,15 @@ class SnapshotSchedule:
                 if result.deleted:
                     log.info("pruned %d old snapshot(s)", len(result.deleted))
             except Exception as error:
-                self._failed("pruning old snapshots", error)
+                self._failed("prune", "pruning old snapshots", error)
 
-    def _failed(self, what: str, error: Exception) -> None:
+    def _failed(self, step: str, what: str, error: Exception) -> None:
         with self._lock:
             self.stats.failed += 1
             self.stats.last_error = f"{what}: {error}"
         log.error("%s failed (processing continues): %s", what, error)
+        if self._on_failure is not None:
+            self._on_failure(step)
 
     def _remove_stale_staging(self) -> None:
         root = self.data_dir / STAGING_DIR
@@ -163,6 +204,7 @@ class SnapshotSchedule:
                     shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 continue
+        remove_if_empty(root)
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the round being published; True when none is left running."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
 import typer
 
@@ -47,9 +48,11 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global_options(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors (for bug reports)."),
+    debug: bool = typer.Option(
+        False, "--debug", metavar="", help="After an error's line, print its traceback (for bug reports)."
+    ),
     version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        False, "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
     _state["debug"] = debug
@@ -59,19 +62,26 @@ for _name in COMMAND_MODULES:
     importlib.import_module(_name).register(app)
 
 
+def _traceback_if_debug(error: BaseException) -> None:
+    # --debug adds the traceback after the same line; the exit code stays the documented one
+    if _state["debug"]:
+        sys.stderr.write("".join(traceback.format_exception(error)))
+        sys.stderr.flush()
+
+
 def main() -> None:
-    """Console-script entry point: run the app, print known errors in one line, never a traceback."""
+    """Console-script entry point: run the app, print known errors in one line (and with --debug the
+    traceback after it), with the same exit code either way."""
     try:
         app()
     except DedupeError as error:
-        if _state["debug"]:
-            raise
         print_error(str(error))
+        _traceback_if_debug(error)
         sys.exit(error.exit_code)
-    except Exception as error:  # a bug, not an operator error: still one line unless --debug
-        if _state["debug"]:
-            raise
-        print_error(f"unexpected {type(error).__name__}: {error} (rerun with --debug for the traceback)")
+    except Exception as error:  # a bug, not an operator error
+        hint = "" if _state["debug"] else " (rerun with --debug for the traceback)"
+        print_error(f"unexpected {type(error).__name__}: {error}{hint}")
+        _traceback_if_debug(error)
         sys.exit(70)
 
 

@@ -22,7 +22,7 @@ KafkaSettingOption = typer.Option(
     "-X",
     help="A librdkafka setting for every client, as key=value (repeatable), e.g. -X security.protocol=SSL.",
 )
-JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of tables.")
+JsonOption = typer.Option(False, "--json", metavar="", help="Print JSON for scripts instead of tables.")
 
 
 def parse_kafka_settings(pairs: list[str] | None) -> dict[str, str] | None:

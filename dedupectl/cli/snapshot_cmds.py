@@ -2,27 +2,36 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
+    ProgressColumn,
     TaskID,
     TextColumn,
     TimeRemainingColumn,
-    TransferSpeedColumn,
 )
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperCommand
 
 from dedupectl.cli.common import JsonOption
-from dedupectl.cli.output import err_console, print_json, print_table
-from dedupectl.errors import ConfigError
+from dedupectl.cli.output import console, err_console, print_json
+from dedupectl.errors import ConfigError, DedupeError
 from snapshots.backends import AwsOptions
-from snapshots.backends.aws import S3_ENDPOINT_ENV
-from snapshots.catalog import list_snapshots, prune_snapshots, require_ok, verify_snapshot
+from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
+from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
 from snapshots.create import create_snapshots
 from snapshots.reattach import ReattachRequest, Step, reattach_volume
 from snapshots.restore import restore_snapshot, restore_volume
@@ -39,28 +48,62 @@ TopicOption = typer.Option(None, "--topic", "-t", help="Input topic (default: th
 FromOption = typer.Option(
     None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
 )
+
+
+def _endpoint(value: str | None) -> str | None:
+    # an option's error, not boto3's ValueError at the first call (which would surface as a bug, exit 70)
+    return None if value is None else check_endpoint_url(value, "--endpoint-url")
+
+
 EndpointOption = typer.Option(
-    None, "--endpoint-url", help=f"AWS endpoint for S3 and EC2 (or {S3_ENDPOINT_ENV} / AWS_ENDPOINT_URL)."
+    None,
+    "--endpoint-url",
+    callback=_endpoint,
+    help=f"AWS endpoint for S3 and EC2, http(s)://host[:port] (or {S3_ENDPOINT_ENV} / AWS_ENDPOINT_URL).",
 )
 RegionOption = typer.Option(None, "--region", help="AWS region (or AWS_DEFAULT_REGION).")
 
 
+class _BinarySpeedColumn(ProgressColumn):
+    """Rate in MiB/s: the same unit as the sizes in the bar and in the tables."""
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("?" if speed is None else f"{_human_bytes(int(speed))}/s", style="progress.data.speed")
+
+
 class RichTransferProgress:
-    """Bytes, rate and ETA on stderr, so --json stdout stays clean."""
+    """Bytes, rate and ETA on stderr, so --json stdout stays clean. When stderr is not a terminal (a log, a
+    pipe), plain lines instead of a bar, for long steps only: one every PLAIN_EVERY_S, and one at the end of a
+    step that took that long (a quick command's stderr stays empty, or holds just its error line)."""
+
+    PLAIN_EVERY_S = 10.0
 
     def __init__(self) -> None:
+        self._plain = not err_console.is_terminal
         self._progress = Progress(
             TextColumn("{task.description}"),
             BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
+            DownloadColumn(binary_units=True),
+            _BinarySpeedColumn(),
             TimeRemainingColumn(),
             console=err_console,
             transient=True,
         )
         self._task: TaskID | None = None
+        self._lock = threading.Lock()  # advance() comes from several transfer threads
+        self._label, self._total, self._done = "", 0, 0
+        self._started = self._last_line = 0.0
+
+    def _line(self, text: str) -> None:
+        err_console.print(text, highlight=False, markup=False, soft_wrap=True)
 
     def start(self, label: str, total_bytes: int) -> None:
+        if self._plain:
+            with self._lock:
+                self._label, self._total, self._done = label, total_bytes, 0
+                self._started = self._last_line = time.monotonic()
+            return
         if self._task is None:
             self._progress.start()
         else:
@@ -68,14 +111,94 @@ class RichTransferProgress:
         self._task = self._progress.add_task(label, total=max(total_bytes, 1))
 
     def advance(self, nbytes: int) -> None:
+        if self._plain:
+            with self._lock:
+                self._done += nbytes
+                now = time.monotonic()
+                if now - self._last_line < self.PLAIN_EVERY_S:
+                    return
+                self._last_line = now
+                text = f"{self._label}: {_human_bytes(self._done)} of {_human_bytes(self._total)}"
+            self._line(text)
+            return
         if self._task is not None:
             self._progress.advance(self._task, nbytes)
 
     def finish(self) -> None:
+        if self._plain:
+            with self._lock:
+                if not self._label:
+                    return
+                seconds = time.monotonic() - self._started
+                text = f"{self._label}: {_human_bytes(self._total)} in {seconds:.1f}s"
+                self._label = ""
+            if seconds >= self.PLAIN_EVERY_S:
+                self._line(text)
+            return
         if self._task is not None:
             self._progress.remove_task(self._task)
             self._task = None
             self._progress.stop()
+
+
+# click's base of usage errors, from whichever click typer runs on (recent typer carries its own copy)
+_USAGE_ERROR = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "ClickException")
+
+
+def _error_object(error: BaseException) -> dict[str, Any]:
+    """The JSON a failed command prints with --json: what the error line says, split, and the exit code."""
+    if isinstance(error, DedupeError):
+        kind, message, hint, code = type(error).__name__, error.message, error.hint, error.exit_code
+    elif isinstance(error, _USAGE_ERROR):  # an option or argument that does not parse
+        kind, message, hint, code = "usage", error.format_message(), None, error.exit_code
+    else:
+        kind, message, hint, code = "bug", f"unexpected {type(error).__name__}: {error}", None, 70
+    return {"error": {"message": message, "hint": hint, "kind": kind, "exit_code": code}}
+
+
+@contextmanager
+def _json_errors(json_output: bool) -> Iterator[None]:
+    """With --json, a failure still prints one JSON document on stdout (an error object), then exits as
+    without --json: the same line on stderr and the same exit code."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):  # --help, or a stop: not a failure
+        raise
+    except Exception as error:
+        if json_output:
+            print_json(_error_object(error))
+        raise
+
+
+class JsonErrorsCommand(TyperCommand):
+    """A command whose options fail to parse (a bad value, a missing option, a callback's refusal) before its
+    body runs: with --json on the command line, the error object is printed all the same."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        options = args[: args.index("--")] if "--" in args else args
+        with _json_errors("--json" in options):
+            return super().parse_args(ctx, args)
+
+
+ID_COLUMNS = frozenset({"id", "snapshot", "location"})
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table whose ids and locations are never wrapped: on a terminal they stay whole (other columns give
+    way); piped, the table takes the width it needs, so a script's grep finds whole ids."""
+    table = Table(title=title, title_justify="left")
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    for index, column in enumerate(columns):
+        widest = max((len(row[index]) for row in cells), default=0)
+        whole = column in ID_COLUMNS
+        table.add_column(column, overflow="fold", no_wrap=whole, min_width=widest if whole else None)
+    for row in cells:
+        table.add_row(*row)
+    if console.is_terminal:
+        console.print(table)
+        return
+    needed = Measurement.get(console, console.options.update(width=10_000), table).maximum
+    Console(width=max(needed, console.width), highlight=False).print(table)
 
 
 def _human_bytes(count: int) -> str:
@@ -104,13 +227,18 @@ def _aws(endpoint_url: str | None, region: str | None) -> AwsOptions:
     return AwsOptions(region=region, endpoint_url=endpoint_url)
 
 
-@snapshot_app.command("create")
+@snapshot_app.command("create", cls=JsonErrorsCommand)
 def create(
     partition: list[int] | None = typer.Option(None, "--partition", "-p", help="Partition to snapshot (repeatable)."),
-    all_partitions: bool = typer.Option(False, "--all", help="Snapshot every partition store in the data directory."),
-    to: str | None = typer.Option(
-        None, "--to", help="Destination: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:vol-…."
+    all_partitions: bool = typer.Option(
+        False, "--all", metavar="", help="Snapshot every partition store in the data directory."
     ),
+    to: str | None = typer.Option(
+        None,
+        "--to",
+        help="Destination: an existing directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:vol-….",
+    ),
+    mkdir: bool = typer.Option(False, "--mkdir", metavar="", help="Create the --to directory if it does not exist."),
     data_dir: Path = DataDirOption,
     topic: str | None = TopicOption,
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for a live worker to take the checkpoint."),
@@ -124,18 +252,21 @@ def create(
 
     Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
     """
-    if bool(partition) == all_partitions:
-        raise ConfigError("pass --partition P (repeatable) or --all", "e.g. dedupectl snapshot create --partition 3")
-    progress = RichTransferProgress()
-    created = create_snapshots(
-        data_dir,
-        topic=topic,
-        partitions=None if all_partitions else list(partition or []),
-        destination=to,
-        aws=_aws(endpoint_url, region),
-        wait_s=wait,
-        progress=progress,
-    )
+    with _json_errors(json_output):
+        if bool(partition) == all_partitions:
+            raise ConfigError(
+                "pass --partition P (repeatable) or --all", "e.g. dedupectl snapshot create --partition 3"
+            )
+        created = create_snapshots(
+            data_dir,
+            topic=topic,
+            partitions=None if all_partitions else list(partition or []),
+            destination=to,
+            create_destination=mkdir,
+            aws=_aws(endpoint_url, region),
+            wait_s=wait,
+            progress=RichTransferProgress(),
+        )
     if json_output:
         print_json(created)
         return
@@ -157,7 +288,7 @@ def create(
     )
 
 
-@snapshot_app.command("list")
+@snapshot_app.command("list", cls=JsonErrorsCommand)
 def list_(
     source: str | None = FromOption,
     data_dir: Path = DataDirOption,
@@ -171,9 +302,21 @@ def list_(
 
     Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
     """
-    infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=_aws(endpoint_url, region))
+    aws = _aws(endpoint_url, region)
+    with _json_errors(json_output):
+        infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=aws)
+        note = None
+        if not infos:
+            note = empty_location_note(source, data_dir=data_dir, aws=aws)
+            if topic is not None or partition is not None:
+                shown = f"{topic or ''}{f'[{partition}]' if partition is not None else ''}"
+                found = list_snapshots(source, data_dir=data_dir, aws=aws)
+                note = f"no snapshots of {shown} ({len(found)} of others)" if found else note
     if json_output:
         print_json(infos)
+        return
+    if note is not None:
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
         return
     now = time.time()
     print_table(
@@ -187,14 +330,20 @@ def list_(
                 f"{i.id_count:,}",
                 _human_bytes(i.total_bytes),
                 _human_age(now - i.created_ms / 1000),
-                f"{i.state} ({i.location})" if i.location.startswith("snap-") else i.state,
+                _state(i),
             )
             for i in infos
         ],
     )
 
 
-@snapshot_app.command("verify")
+def _state(info) -> str:
+    if info.problem is not None:
+        return f"{info.state}: {info.problem}"
+    return f"{info.state} ({info.location})" if info.location.startswith("snap-") else info.state
+
+
+@snapshot_app.command("verify", cls=JsonErrorsCommand)
 def verify(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
     source: str | None = FromOption,
@@ -207,9 +356,10 @@ def verify(
 
     Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
     """
-    report = verify_snapshot(
-        source, snapshot_id, data_dir=data_dir, aws=_aws(endpoint_url, region), progress=RichTransferProgress()
-    )
+    with _json_errors(json_output):
+        report = verify_snapshot(
+            source, snapshot_id, data_dir=data_dir, aws=_aws(endpoint_url, region), progress=RichTransferProgress()
+        )
     if json_output:
         print_json({**asdict(report), "ok": report.ok})
     else:
@@ -227,14 +377,16 @@ def verify(
     require_ok(report)
 
 
-@snapshot_app.command("restore")
+@snapshot_app.command("restore", cls=JsonErrorsCommand)
 def restore(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
     source: str | None = FromOption,
     data_dir: Path | None = typer.Option(
         None, "--data-dir", "-d", envvar="DEDUPECTL_DATA_DIR", help="Data directory to restore the store into."
     ),
-    replace: bool = typer.Option(False, "--replace", help="Move an existing (stopped) store aside and replace it."),
+    replace: bool = typer.Option(
+        False, "--replace", metavar="", help="Move an existing (stopped) store aside and replace it."
+    ),
     availability_zone: str | None = typer.Option(
         None, "--availability-zone", help="EBS snapshots: create a volume from it in this zone."
     ),
@@ -250,7 +402,8 @@ def restore(
     """
     aws = _aws(endpoint_url, region)
     if availability_zone is not None:
-        volume = restore_volume(source or "ebs:", snapshot_id, availability_zone, aws=aws)
+        with _json_errors(json_output):
+            volume = restore_volume(source or "ebs:", snapshot_id, availability_zone, aws=aws)
         if json_output:
             print_json(volume)
             return
@@ -269,9 +422,12 @@ def restore(
             ],
         )
         return
-    if data_dir is None:
-        raise ConfigError("restore needs --data-dir (or DEDUPECTL_DATA_DIR)", "where to place the store")
-    result = restore_snapshot(source, snapshot_id, data_dir, replace=replace, aws=aws, progress=RichTransferProgress())
+    with _json_errors(json_output):
+        if data_dir is None:
+            raise ConfigError("restore needs --data-dir (or DEDUPECTL_DATA_DIR)", "where to place the store")
+        result = restore_snapshot(
+            source, snapshot_id, data_dir, replace=replace, aws=aws, progress=RichTransferProgress()
+        )
     if json_output:
         print_json(result)
         return
@@ -289,7 +445,7 @@ def restore(
     print_table("snapshot restored", ["", ""], rows)
 
 
-@snapshot_app.command("prune")
+@snapshot_app.command("prune", cls=JsonErrorsCommand)
 def prune(
     source: str | None = FromOption,
     keep: int | None = typer.Option(None, "--keep", help="Keep the newest N snapshots of each partition."),
@@ -297,7 +453,7 @@ def prune(
     data_dir: Path = DataDirOption,
     topic: str | None = TopicOption,
     partition: int | None = typer.Option(None, "--partition", "-p", help="Only this partition."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be deleted; delete nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="Show what would be deleted; delete nothing."),
     endpoint_url: str | None = EndpointOption,
     region: str | None = RegionOption,
     json_output: bool = JsonOption,
@@ -310,16 +466,17 @@ def prune(
 
     Example: dedupectl snapshot prune --from s3://backups/dedupectl --keep 24 --older-than 7d
     """
-    result = prune_snapshots(
-        source,
-        keep=keep,
-        older_than_s=None if older_than is None else parse_duration(older_than, what="--older-than", positive=True),
-        data_dir=data_dir,
-        topic=topic,
-        partition=partition,
-        dry_run=dry_run,
-        aws=_aws(endpoint_url, region),
-    )
+    with _json_errors(json_output):
+        result = prune_snapshots(
+            source,
+            keep=keep,
+            older_than_s=None if older_than is None else parse_duration(older_than, what="--older-than", positive=True),
+            data_dir=data_dir,
+            topic=topic,
+            partition=partition,
+            dry_run=dry_run,
+            aws=_aws(endpoint_url, region),
+        )
     if json_output:
         print_json(result)
         return
@@ -344,9 +501,15 @@ def reattach(
         None, "--data-dir", "-d", help="The volume's mount here: check its store and worker status files."
     ),
     device: str = typer.Option("/dev/sdf", "--device", help="Device name on the target instance."),
-    stop_worker: bool = typer.Option(False, "--stop-worker", help="SIGTERM the partition's live worker and wait."),
-    unmount: bool = typer.Option(False, "--unmount", help="umount the data directory's filesystem before detaching."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Run the checks and print the plan; change nothing."),
+    stop_worker: bool = typer.Option(
+        False, "--stop-worker", metavar="", help="SIGTERM the partition's live worker and wait."
+    ),
+    unmount: bool = typer.Option(
+        False, "--unmount", metavar="", help="umount the data directory's filesystem before detaching."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", metavar="", help="Run the checks and print the plan; change nothing."
+    ),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for each detach/attach."),
     poll_interval: float = typer.Option(2.0, "--poll-interval", help="Seconds between EC2 state checks."),
     endpoint_url: str | None = EndpointOption,
@@ -370,7 +533,8 @@ def reattach(
         timeout_s=timeout,
         poll_s=poll_interval,
     )
-    result = reattach_volume(request, aws=_aws(endpoint_url, region), on_step=_print_step)
+    with _json_errors(json_output):
+        result = reattach_volume(request, aws=_aws(endpoint_url, region), on_step=_print_step)
     if json_output:
         print_json(result)
         return
@@ -384,4 +548,4 @@ def reattach(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("reattach")(reattach)
+    app.command("reattach", cls=JsonErrorsCommand)(reattach)

@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dedupectl.errors import CloudError, DedupeError
+from dedupectl.errors import CloudError, ConfigError, DedupeError
 
 S3_ENDPOINT_ENV = "DEDUPECTL_S3_ENDPOINT_URL"
 
 _PERMISSION = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "Forbidden", "403"})
+FORBIDDEN = frozenset({"AccessDenied", "Forbidden", "403"})  # S3's answers that may also mean bad credentials
 _BAD_CREDENTIALS = frozenset(
     {
         "InvalidAccessKeyId",
@@ -42,6 +43,20 @@ _NOT_FOUND = frozenset(
 )
 
 
+def check_endpoint_url(url: str, what: str) -> str:
+    """``url`` when it is an http(s) URL with a host; a ConfigError naming ``what`` otherwise."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r} is not an endpoint URL", "write it as http(s)://host[:port]")
+    return url
+
+
 @dataclass(frozen=True)
 class AwsOptions:
     region: str | None = None
@@ -49,9 +64,9 @@ class AwsOptions:
 
     def endpoint_for(self, service: str) -> str | None:
         if self.endpoint_url:
-            return self.endpoint_url
-        if service == "s3":
-            return os.environ.get(S3_ENDPOINT_ENV) or None
+            return check_endpoint_url(self.endpoint_url, "--endpoint-url")
+        if service == "s3" and os.environ.get(S3_ENDPOINT_ENV):
+            return check_endpoint_url(os.environ[S3_ENDPOINT_ENV], S3_ENDPOINT_ENV)
         return None  # boto3 reads AWS_ENDPOINT_URL[_<SERVICE>] itself
 
     def client(self, service: str, max_pool_connections: int = 10):
@@ -59,9 +74,15 @@ class AwsOptions:
         from botocore.config import Config
 
         config = Config(retries={"max_attempts": 5, "mode": "standard"}, max_pool_connections=max_pool_connections)
-        with aws_errors(f"{service} client", self.endpoint_for(service) or service):
+        endpoint = self.endpoint_for(service)
+        with aws_errors(f"{service} client", endpoint or service):
             session = boto3.session.Session(region_name=self.region)
-            return session.client(service, endpoint_url=self.endpoint_for(service), config=config)
+            try:
+                return session.client(service, endpoint_url=endpoint, config=config)
+            except ValueError as error:  # boto3's own check of AWS_ENDPOINT_URL[_<SERVICE>], say
+                raise ConfigError(
+                    f"AWS endpoint for {service}: {error}", "write it as http(s)://host[:port]"
+                ) from error
 
 
 def error_code(error: Exception) -> str:
@@ -132,3 +153,36 @@ def aws_errors(action: str, resource: str) -> Iterator[None]:
         yield
     except (BotoCoreError, ClientError) as error:
         raise translate_aws_error(error, action, resource) from error
+
+
+def explain_forbidden(aws: AwsOptions, action: str, resource: str) -> DedupeError:
+    """A 403 on ``action``: STS GetCallerIdentity says whether the credentials themselves are rejected (its own
+    error code) or valid and merely lacking the permission (it names the caller)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    s3_elsewhere = not aws.endpoint_url and (
+        os.environ.get(S3_ENDPOINT_ENV)
+        or (os.environ.get("AWS_ENDPOINT_URL_S3") and not os.environ.get("AWS_ENDPOINT_URL_STS"))
+    )
+    caller = None
+    if not s3_elsewhere:  # else STS would judge credentials meant for another endpoint
+        try:
+            caller = aws.client("sts").get_caller_identity().get("Arn", "?")
+        except ClientError as error:
+            code = error_code(error)
+            if code in _BAD_CREDENTIALS:
+                return CloudError(
+                    f"AWS rejected the credentials ({code}) on {action} of {resource}",
+                    "check the access key id, the secret key, the session token and the clock",
+                )
+        except (BotoCoreError, DedupeError):
+            pass  # no STS there: cannot tell
+    if caller is None:
+        return CloudError(
+            f"AWS refused {action} on {resource} (403): the credentials are rejected or lack that permission",
+            f"check the access key and secret; grant {action} to the IAM user or role in use",
+        )
+    return CloudError(
+        f"permission denied: these AWS credentials ({caller}) may not call {action} on {resource}",
+        f"grant {action} to the IAM user or role in use",
+    )

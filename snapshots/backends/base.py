@@ -6,8 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from snapshots.manifest import Manifest
+from snapshots.ids import parse_snapshot_id
+from snapshots.manifest import Manifest, identity_problem
 from snapshots.progress import TransferProgress
+
+COMPLETED = "completed"  # the one word for a usable snapshot, as EC2 says it for EBS snapshots
+INVALID = "invalid"
 
 
 @dataclass(frozen=True)
@@ -23,10 +27,33 @@ class SnapshotInfo:
     total_bytes: int
     created_ms: int
     location: str  # a directory, an s3:// URL, or an EBS snapshot id
-    state: str = "complete"  # EBS snapshots: pending, completed, error
+    state: str = COMPLETED  # EBS snapshots also: pending, error; any: invalid (see problem)
+    problem: str | None = None  # why it is invalid: its name and its manifest disagree
+
+    @property
+    def usable(self) -> bool:
+        return self.state != INVALID
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, location: str) -> SnapshotInfo:
+    def from_manifest(cls, manifest: Manifest, location: str, listed_as: str | None = None) -> SnapshotInfo:
+        """The row of a snapshot stored as ``listed_as`` (its directory or key prefix): a manifest that names
+        another snapshot makes it invalid, listed under the name it is stored as."""
+        problem = None if listed_as is None else identity_problem(listed_as, manifest)
+        if problem is not None:
+            named = parse_snapshot_id(listed_as)
+            return cls(
+                snapshot_id=listed_as,
+                topic=named.topic,
+                partition=named.partition,
+                input_offset=manifest.input_offset,
+                output_offset=manifest.output_offset,
+                id_count=manifest.id_count,
+                total_bytes=manifest.total_bytes,
+                created_ms=named.created_ms,
+                location=location,
+                state=INVALID,
+                problem=problem,
+            )
         return cls(
             snapshot_id=manifest.snapshot_id,
             topic=manifest.topic,
@@ -74,6 +101,10 @@ class Backend(Protocol):
 
     def list_incomplete(self) -> list[str]:
         """Ids of publishes that never finished (no manifest)."""
+        ...
+
+    def empty_note(self) -> str:
+        """When ``list`` finds nothing: what the location holds instead, in a line."""
         ...
 
     def verify(self, snapshot_id: str, progress: TransferProgress) -> VerifyReport: ...

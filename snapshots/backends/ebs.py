@@ -13,6 +13,7 @@ several); a volume tagged for other partitions is refused.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from snapshots.backends.base import SnapshotInfo, VerifyReport
 from snapshots.backends.local import LocalBackend
 from snapshots.manifest import Manifest
 from snapshots.progress import TransferProgress
+from snapshots.volumes import placement
 
 TAG_PREFIX = "dedupectl:"
 TAG_SNAPSHOT_ID = "dedupectl:snapshot-id"
@@ -52,6 +54,14 @@ def describe_volume(ec2, volume_id: str) -> dict:
     if not volumes:
         raise CloudError(f"{volume_id} does not exist", "check the id and the region (--region)")
     return volumes[0]
+
+
+def live_attachment(volume: dict) -> dict | None:
+    """The volume's attachment that is attaching or attached, or None."""
+    for attachment in volume.get("Attachments", []):
+        if attachment.get("State") in ("attaching", "attached"):
+            return attachment
+    return None
 
 
 def wait_for(check, what: str, timeout_s: float, poll_s: float) -> float:
@@ -93,13 +103,52 @@ class EbsBackend:
         return self.volume_id
 
     def check_writable(self) -> None:
-        describe_volume(self.ec2, self._require_volume())
+        """The volume exists and is attached (which partitions it holds: check_partition)."""
+        volume_id = self._require_volume()
         if self.data_dir is None:
             raise SnapshotError("ebs: snapshots need --data-dir (the volume's mount)")
+        volume = describe_volume(self.ec2, volume_id)
+        if live_attachment(volume) is None:
+            raise SnapshotError(
+                f"volume {volume_id} is not attached to any instance (it is {volume.get('State', '?')}), "
+                f"so it does not hold the data directory {self.data_dir}",
+                "pass the volume attached here that holds the data directory (see lsblk, and its mount)",
+            )
+
+    def check_data_dir(self, topic: str) -> None:
+        """Before the partitions are known (a worker's start): the volume is attached, not tagged for another
+        topic, and holds the data directory: its device, or a partition tag when the device cannot tell.
+        Each snapshot still checks its own partition (check_partition)."""
+        self.check_writable()
+        volume = describe_volume(self.ec2, self._require_volume())
+        tags = tags_of(volume)
+        if tags.get(TAG_TOPIC) not in (None, topic):
+            raise SnapshotError(
+                f"volume {self.volume_id} is tagged for topic {tags[TAG_TOPIC]!r}, not {topic!r}",
+                "pass the volume that holds this worker's data directory",
+            )
+        attachment = live_attachment(volume) or {}
+        found = placement(Path(self.data_dir), self.volume_id, attachment.get("Device"))
+        if found.on is False:
+            raise SnapshotError(
+                f"the data directory {self.data_dir} is not on volume {self.volume_id}: {found.found}",
+                "pass the volume that holds the data directory",
+            )
+        if found.on is None and tagged_partitions(tags) is None:
+            raise SnapshotError(
+                f"volume {self.volume_id} carries no {TAG_PARTITION} tag and nothing shows it holds the data "
+                f"directory {self.data_dir}: {found.found}",
+                f"pass the volume of the data directory's mount; if {self.volume_id} is it, tag it with the "
+                f"partitions it holds: aws ec2 create-tags --resources {self.volume_id} "
+                f"--tags Key={TAG_PARTITION},Value=0,1 Key={TAG_TOPIC},Value={topic}",
+            )
 
     def check_partition(self, topic: str, partition: int) -> None:
-        """Refuse a volume tagged for another topic or other partitions (untagged volumes pass)."""
-        tags = tags_of(describe_volume(self.ec2, self._require_volume()))
+        """Refuse unless the volume holds this partition's store: it must be attached, and either the data
+        directory's device is that volume or the volume's tags name the partition; a tag for other
+        partitions, or a device known to be another volume, is refused either way."""
+        volume = describe_volume(self.ec2, self._require_volume())
+        tags = tags_of(volume)
         partitions = tagged_partitions(tags)
         tagged_topic = tags.get(TAG_TOPIC)
         if (tagged_topic is not None and tagged_topic != topic) or (
@@ -111,11 +160,32 @@ class EbsBackend:
                 f"not {topic} partition {partition}",
                 "pass the volume that holds this partition's data directory",
             )
+        attachment = live_attachment(volume)
+        if attachment is None:
+            raise SnapshotError(
+                f"volume {self.volume_id} is not attached to any instance (it is {volume.get('State', '?')}), "
+                f"so it does not hold the store of {topic}[{partition}] in {self.data_dir}",
+                "pass the volume attached here that holds the data directory (see lsblk, and its mount)",
+            )
+        found = placement(Path(self.data_dir), self.volume_id, attachment.get("Device"))
+        if found.on is False:
+            raise SnapshotError(
+                f"the store of {topic}[{partition}] is not on volume {self.volume_id}: {found.found}",
+                "pass the volume that holds the data directory",
+            )
+        if found.on is None and partitions is None:
+            raise SnapshotError(
+                f"volume {self.volume_id} carries no {TAG_PARTITION} tag and nothing shows it holds "
+                f"{topic}[{partition}]: {found.found}",
+                f"pass the volume of the data directory's mount; if {self.volume_id} is it, tag it: "
+                f"aws ec2 create-tags --resources {self.volume_id} --tags Key={TAG_PARTITION},Value={partition} "
+                f"Key={TAG_TOPIC},Value={topic}",
+            )
 
     def publish(self, checkpoint_dir: Path, manifest: Manifest, progress: TransferProgress) -> str:
         volume_id = self._require_volume()
         self.check_partition(manifest.topic, manifest.partition)
-        on_volume = LocalBackend(Path(self.data_dir) / ON_VOLUME_DIR, link=True)
+        on_volume = LocalBackend(Path(self.data_dir) / ON_VOLUME_DIR, link=True, create=True)
         on_volume.check_writable()
         on_volume.publish(checkpoint_dir, manifest, progress)
         tags = {
@@ -142,6 +212,8 @@ class EbsBackend:
                 )
         finally:  # point-in-time once CreateSnapshot returned: the volume's copy is no longer needed
             on_volume.delete(manifest.snapshot_id)
+            with contextlib.suppress(OSError):  # the folder made for that copy, when nothing else is in it
+                on_volume.root.rmdir()
         return created["SnapshotId"]
 
     def _snapshots(self, snapshot_id: str | None = None) -> list[dict]:
@@ -194,6 +266,10 @@ class EbsBackend:
 
     def list_incomplete(self) -> list[str]:
         return []  # an EC2 snapshot exists whole or not at all; pending ones are listed with their state
+
+    def empty_note(self) -> str:
+        of = f" of volume {self.volume_id}" if self.volume_id else ""
+        return f"no EBS snapshots tagged {TAG_SNAPSHOT_ID}{of} in this region"
 
     def verify(self, snapshot_id: str, progress: TransferProgress) -> VerifyReport:
         snapshot = self._find(snapshot_id)

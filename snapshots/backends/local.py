@@ -25,6 +25,7 @@ from snapshots.manifest import (
     FileProblem,
     Manifest,
     check_file,
+    check_identity,
     sha256_file,
 )
 from snapshots.progress import TransferProgress
@@ -69,26 +70,46 @@ def _fsync_dir(path: Path) -> None:
 class LocalBackend:
     kind = "local"
 
-    def __init__(self, root: Path, *, link: bool = False) -> None:
+    def __init__(self, root: Path, *, link: bool = False, create: bool = False) -> None:
         self.root = Path(root)
         self.link = link  # move the checkpoint (its hard links) in place instead of copying it
+        self.create = create  # a missing root is made (the default destination, or --mkdir); else refused
 
     def describe(self) -> str:
         return str(self.root)
 
     def check_writable(self) -> None:
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise SnapshotError(
-                f"snapshot destination {self.root} cannot be created: {error.strerror}",
-                "pass --to a writable directory (or s3://bucket/prefix)",
-            ) from error
+        if not self.root.exists():
+            if not self.create:
+                raise SnapshotError(
+                    f"snapshot destination {self.root} does not exist",
+                    "check the path and that its disk is mounted; create it (mkdir -p) or pass --mkdir",
+                )
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise SnapshotError(
+                    f"snapshot destination {self.root} cannot be created: {error.strerror}",
+                    "pass --to a writable directory (or s3://bucket/prefix)",
+                ) from error
+        if not self.root.is_dir():
+            raise SnapshotError(f"snapshot destination {self.root} is not a directory", "pass --to a directory")
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise SnapshotError(
                 f"snapshot destination {self.root} is not writable",
                 "fix its permissions or pass --to another directory",
             )
+
+    def _exists(self) -> bool:
+        """Whether the location holds anything to read; a named directory that is missing is an error."""
+        if self.root.is_dir():
+            return True
+        if self.create and not self.root.exists() and self.root.parent.is_dir():
+            return False  # the default location before the first snapshot
+        what = "is not a directory" if self.root.exists() else "does not exist"
+        raise SnapshotError(
+            f"snapshot location {self.root} {what}", "check the path (--from) and that its disk is mounted"
+        )
 
     def _dir(self, snapshot_id: str) -> Path:
         return self.root / snapshot_id
@@ -99,7 +120,13 @@ class LocalBackend:
             raise SnapshotError(f"snapshot {final} already exists", "snapshot ids are unique per millisecond: retry")
         partial = self.root / f".{manifest.snapshot_id}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
+        try:
+            partial.mkdir()  # never parents: a destination gone since the check must not reappear on this disk
+        except FileNotFoundError as error:
+            raise SnapshotError(
+                f"snapshot destination {self.root} does not exist (any more)",
+                "check that its disk is mounted; nothing was written",
+            ) from error
         progress.start(f"storing {manifest.snapshot_id}", manifest.total_bytes)
         try:
             if self.link and os.stat(checkpoint_dir).st_dev == os.stat(self.root).st_dev:
@@ -118,25 +145,43 @@ class LocalBackend:
             progress.finish()
         return str(final)
 
-    def read_manifest(self, snapshot_id: str) -> Manifest:
+    def read_manifest(self, snapshot_id: str, *, checked: bool = True) -> Manifest:
+        """The manifest of ``<root>/<snapshot_id>``; ``checked``: refuse one that names another snapshot."""
         path = self._dir(snapshot_id) / MANIFEST_NAME
-        if not path.is_file():
+        if not self._exists() or not path.is_file():
             raise SnapshotNotFoundError(
                 f"no snapshot {snapshot_id} in {self.root}", f"see `dedupectl snapshot list --from {self.root}`"
             )
-        return Manifest.from_json(path.read_bytes(), str(path))
+        manifest = Manifest.from_json(path.read_bytes(), str(path))
+        if checked:
+            check_identity(snapshot_id, manifest, str(self._dir(snapshot_id)))
+        return manifest
 
     def list(self) -> list[SnapshotInfo]:
         found = []
-        for child in sorted(self.root.iterdir()) if self.root.is_dir() else []:
+        for child in sorted(self.root.iterdir()) if self._exists() else []:
             if is_snapshot_id(child.name) and (child / MANIFEST_NAME).is_file():
-                found.append(SnapshotInfo.from_manifest(self.read_manifest(child.name), str(child)))
+                manifest = self.read_manifest(child.name, checked=False)
+                found.append(SnapshotInfo.from_manifest(manifest, str(child), listed_as=child.name))
         return found
+
+    def empty_note(self) -> str:
+        """What the location holds when it holds no snapshot, in a line."""
+        if not self._exists():
+            return f"no snapshots in {self.root} (none taken yet)"
+        incomplete = self.list_incomplete()
+        if incomplete:
+            return f"no complete snapshot in {self.root}: {len(incomplete)} incomplete (a publish that never finished)"
+        others = sorted(child.name for child in self.root.iterdir())
+        if not others:
+            return f"no snapshots in {self.root} (it is empty)"
+        shown = ", ".join(others[:3]) + (", …" if len(others) > 3 else "")
+        return f"no snapshots in {self.root}: it holds {len(others)} other entries ({shown}), none <id>/{MANIFEST_NAME}"
 
     def list_incomplete(self) -> list[str]:
         """Ids of publishes that never finished (no manifest): leftovers of a crash."""
         found = set()
-        for child in self.root.iterdir() if self.root.is_dir() else []:
+        for child in self.root.iterdir() if self._exists() else []:
             name = child.name.removeprefix(".").removesuffix(".partial")
             if is_snapshot_id(name) and not (self.root / name / MANIFEST_NAME).is_file():
                 found.add(name)

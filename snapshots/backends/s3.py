@@ -16,15 +16,25 @@ from pathlib import Path
 
 from s3transfer.subscribers import BaseSubscriber
 
-from dedupectl.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
-from snapshots.backends.aws import AwsOptions, aws_errors, error_code
+from dedupectl.errors import CloudError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
+from snapshots.backends.aws import FORBIDDEN, AwsOptions, aws_errors, error_code, explain_forbidden
 from snapshots.backends.base import SnapshotInfo, VerifyReport
 from snapshots.ids import is_snapshot_id
-from snapshots.manifest import HASH_CHUNK, MANIFEST_NAME, STORE_DIR, FileEntry, Manifest, check_file, sha256_file
+from snapshots.manifest import (
+    HASH_CHUNK,
+    MANIFEST_NAME,
+    STORE_DIR,
+    FileEntry,
+    Manifest,
+    check_file,
+    check_identity,
+    sha256_file,
+)
 from snapshots.progress import TransferProgress
 
 MiB = 1024 * 1024
 HASH_THREADS = 2
+WRITE_CHECK = ".dedupectl-write-check"  # put and deleted under the prefix before each create
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,31 @@ class S3Backend:
         return create_transfer_manager(self.client, config)
 
     def check_writable(self) -> None:
-        with aws_errors("s3:ListBucket", f"s3://{self.bucket}"):
-            self.client.head_bucket(Bucket=self.bucket)
+        """List (the bucket exists, s3:ListBucket), then put and delete a small marker (s3:PutObject): what a
+        publish needs, before any checkpoint is paid for. ListObjectsV2 rather than HeadBucket: a HEAD's 403
+        has no body, so it cannot tell rejected credentials from a missing permission."""
+        with self._explained("s3:ListBucket", self.describe()):
+            self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        marker = f"{self.prefix}{WRITE_CHECK}"
+        with self._explained("s3:PutObject", f"s3://{self.bucket}/{marker}"):
+            self.client.put_object(Bucket=self.bucket, Key=marker, Body=b"dedupectl write check\n")
+        with contextlib.suppress(Exception):  # a write-only role may not delete: the marker is then left, harmless
+            self.client.delete_object(Bucket=self.bucket, Key=marker)
+
+    @contextlib.contextmanager
+    def _explained(self, action: str, resource: str):
+        """aws_errors, and for a bare 403 or a denial: ask STS who the caller is, to tell rejected credentials
+        from a missing permission."""
+        from botocore.exceptions import ClientError
+
+        try:
+            with aws_errors(action, resource):
+                yield
+        except CloudError as error:
+            cause = error.__cause__
+            if isinstance(cause, ClientError) and error_code(cause) in FORBIDDEN:
+                raise explain_forbidden(self._aws, action, resource) from cause
+            raise
 
     def publish(self, checkpoint_dir: Path, manifest: Manifest, progress: TransferProgress) -> str:
         sid = manifest.snapshot_id
@@ -133,7 +166,8 @@ class S3Backend:
             progress.finish()
         return self._url(sid)
 
-    def read_manifest(self, snapshot_id: str) -> Manifest:
+    def read_manifest(self, snapshot_id: str, *, checked: bool = True) -> Manifest:
+        """The manifest under ``<prefix><snapshot_id>/``; ``checked``: refuse one that names another snapshot."""
         from botocore.exceptions import ClientError
 
         key = self._key(snapshot_id, MANIFEST_NAME)
@@ -148,7 +182,10 @@ class S3Backend:
                     f"see `dedupectl snapshot list --from {self.describe()}`",
                 ) from error
             raise
-        return Manifest.from_json(body, f"s3://{self.bucket}/{key}")
+        manifest = Manifest.from_json(body, f"s3://{self.bucket}/{key}")
+        if checked:
+            check_identity(snapshot_id, manifest, self._url(snapshot_id))
+        return manifest
 
     def _keys_under(self, prefix: str) -> dict[str, int]:
         sizes: dict[str, int] = {}
@@ -179,7 +216,8 @@ class S3Backend:
         found, incomplete = [], []
         for name in self._names():
             try:
-                found.append(SnapshotInfo.from_manifest(self.read_manifest(name), self._url(name)))
+                manifest = self.read_manifest(name, checked=False)
+                found.append(SnapshotInfo.from_manifest(manifest, self._url(name), listed_as=name))
             except SnapshotNotFoundError:
                 incomplete.append(name)  # no manifest: an upload that never finished
         return found, incomplete
@@ -190,6 +228,22 @@ class S3Backend:
     def list_incomplete(self) -> list[str]:
         """Ids of uploads that never finished (objects without a manifest)."""
         return self._scan()[1]
+
+    def empty_note(self) -> str:
+        incomplete = self.list_incomplete()
+        if incomplete:
+            return (
+                f"no complete snapshot in {self.describe()}: {len(incomplete)} incomplete "
+                "(an upload that never finished)"
+            )
+        keys = sorted(key for key in self._keys_under(self.prefix) if not key.endswith(WRITE_CHECK))
+        if not keys:
+            return f"no snapshots in {self.describe()} (no object under that prefix)"
+        shown = ", ".join(keys[:3]) + (", …" if len(keys) > 3 else "")
+        return (
+            f"no snapshots in {self.describe()}: it holds {len(keys)} other object(s) ({shown}) but no "
+            f"<id>/{MANIFEST_NAME}: check the prefix"
+        )
 
     def _hash_object(self, key: str, progress: TransferProgress) -> str:
         digest = hashlib.sha256()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from botocore.exceptions import ClientError, NoCredentialsError
 from dedupectl.config import KafkaConfig
 from dedupectl.kafka_clients import create_topics
 from snapshots.backends.aws import translate_aws_error
+from snapshots.volumes import mount_of
 from snapshots.workers import read_statuses
 
 
@@ -48,38 +50,162 @@ def live_status(data_dir, topic: str, partition: int) -> None:
     (data_dir / "worker-busy.json").write_text(json.dumps(status))
 
 
-def test_reattach_moves_the_volume_and_checks_both_sides(cli, ec2, tmp_path, make_store):
+def test_reattach_moves_the_volume_and_checks_both_sides(cli, ec2, make_store, volume_mount):
     old, new = ec2.instance(), ec2.instance()
-    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=old)
-    data_dir = tmp_path / "mnt"
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    volume = ec2.volume(tags, attach_to=old, device=volume_mount.device)
+    data_dir = volume_mount.path
     make_store(data_dir, "events", 3, 500)
 
-    plan = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--dry-run", "--json"))
+    plan = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--dry-run", "--json"))
     assert plan.exit_code == 0, plan.stderr
     planned = json.loads(plan.stdout)
     assert planned["dry_run"] and planned["from_instance"] == old
     assert [s["name"] for s in planned["steps"] if s["status"] == "planned"] == [
-        "detach", "wait detached", "attach", "wait attached", "check attached",
+        "unmount", "detach", "wait detached", "attach", "wait attached", "check attached",
     ]  # fmt: skip
-    assert ec2.attached_to(volume) == old, "a dry run changes nothing"
+    assert ec2.attached_to(volume) == old and os.path.ismount(data_dir), "a dry run changes nothing"
 
-    result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--json"))
+    result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--json"))
     assert result.exit_code == 0, result.stderr
     moved = json.loads(result.stdout)
     assert ec2.attached_to(volume) == new
     steps = {s["name"]: s for s in moved["steps"]}
     assert list(steps) == [
-        "check volume", "check target instance", "check store", "check worker", "check mount",
+        "check volume", "check target instance", "check store", "check device", "check worker", "unmount",
         "detach", "wait detached", "attach", "wait attached", "check attached",
     ]  # fmt: skip
     assert "events[3]" in steps["check store"]["detail"] and "output offset 500" in steps["check store"]["detail"]
+    assert f"({volume_mount.device}, ext4), the device {volume} is attached as" in steps["check device"]["detail"]
     assert all(s["status"] == "done" and s["seconds"] >= 0 for s in moved["steps"])
     assert "still tagged for partition 3" in steps["check attached"]["detail"]
-    assert "root filesystem" in steps["check mount"]["detail"], "tmp_path is not a separate mount here"
+    assert not os.path.ismount(data_dir), "unmounted before the detach"
     assert "✓ detach (" in result.stderr and "s): from " + old in result.stderr, "steps print live with timings"
 
     again = cli(*reattach_args(ec2, volume, new))
     assert again.exit_code == 2 and f"already attached to {new}" in again.stderr
+
+
+def test_reattach_refuses_when_the_checked_store_is_not_on_the_volume(cli, ec2, tmp_path, make_store):
+    old, new = ec2.instance(), ec2.instance()
+    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=old)
+    data_dir = tmp_path / "on-root"
+    make_store(data_dir, "events", 3, 50)
+    mount = mount_of(data_dir)
+    verdict = "is not on" if mount.is_root else "cannot be shown to be on"
+    for extra in ((), ("--dry-run",)):
+        result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), *extra))
+        assert result.exit_code == 2
+        assert error_line(result.stderr) == (
+            f"error: the store checked in {data_dir} {verdict} volume {volume}: {data_dir} is on "
+            f"{mount.describe()} ({mount.source}, {mount.fstype}); {volume} is attached as /dev/sdf: pass -d as the "
+            "volume's mount on this host, or leave -d out to rely on the tags alone"
+        )
+        assert ec2.attached_to(volume) == old, "nothing detached"
+
+    loose = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"})
+    result = cli(*reattach_args(ec2, loose, new, "--data-dir", str(data_dir)))
+    assert result.exit_code == 2 and f"{verdict} volume {loose}" in error_line(result.stderr)
+    assert "is attached as nothing" in result.stderr
+
+
+@pytest.fixture
+def fake_umount(tmp_path, monkeypatch):
+    """An ``umount`` first on PATH that records its argument and exits with ``fake_umount.code`` (and says
+    ``fake_umount.says`` on stderr): the unmount step without root."""
+
+    class Umount:
+        code, says = 0, ""
+        log = tmp_path / "umount.log"
+
+        def arm(self) -> None:
+            script.write_text(f"#!/bin/sh\necho \"$1\" >> {self.log}\necho '{self.says}' >&2\nexit {self.code}\n")
+            script.chmod(0o755)
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "umount"
+    umount = Umount()
+    umount.arm()
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return umount
+
+
+def test_reattach_on_a_mount_table_without_root(cli, ec2, make_store, tmp_path, fake_kernel, fake_umount):
+    """What the loop-mounted tests check for real, from a mount table and an NVMe serial made here: the device
+    check, the unmount plan and step, the live-worker refusal, --stop-worker, and the move itself."""
+    old, new = ec2.instance(), ec2.instance()
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    volume = ec2.volume(tags, attach_to=old)
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 500)
+    fake_kernel.nvme("nvme1n1", volume.replace("-", ""))
+    fake_kernel.mount(data_dir, "/dev/nvme1n1")
+    on_volume = f"{data_dir} is on {data_dir} (/dev/nvme1n1, ext4), which is volume {volume}"
+
+    plan = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount", "--dry-run", "--json"))
+    assert plan.exit_code == 0, plan.stderr
+    steps = {s["name"]: s for s in json.loads(plan.stdout)["steps"]}
+    assert (steps["check device"]["status"], steps["check device"]["detail"]) == ("done", on_volume)
+    assert (steps["unmount"]["status"], steps["unmount"]["detail"]) == ("planned", f"would run umount {data_dir}")
+
+    mounted = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
+    assert mounted.exit_code == 2
+    assert error_line(mounted.stderr).startswith(f"error: {data_dir} is on {data_dir}, still mounted: detaching")
+
+    live_status(data_dir, "events", 3)
+    busy = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount"))
+    assert busy.exit_code == 2 and "serves partition 3: refusing to detach its volume" in error_line(busy.stderr)
+    (data_dir / "worker-busy.json").unlink()
+
+    fake_umount.code, fake_umount.says = 32, f"umount: {data_dir}: target is busy."
+    fake_umount.arm()
+    stuck = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--unmount"))
+    assert stuck.exit_code == 2
+    assert error_line(stuck.stderr).startswith(f"error: umount {data_dir} failed: umount: {data_dir}: target is busy.")
+    assert ec2.attached_to(volume) == old, "nothing detached by any refusal"
+
+    fake_umount.code, fake_umount.says = 0, ""
+    fake_umount.arm()
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the partition's worker
+    try:
+        time.sleep(0.05)  # the status file is written after the process started, as a worker writes it
+        status = {"pid": stand_in.pid, "host": socket.gethostname(), "worker_id": "stand-in",
+                  "input_topic": "events", "partitions": [3, 5], "updated_at": time.time()}  # fmt: skip
+        (data_dir / "worker-stand-in.json").write_text(json.dumps(status))
+        args = ("--data-dir", str(data_dir), "--stop-worker", "--unmount", "--json")
+        moved = cli(*reattach_args(ec2, volume, new, *args))
+        assert moved.exit_code == 0, moved.stderr
+    finally:
+        stand_in.kill()
+        stand_in.wait()
+    steps = json.loads(moved.stdout)["steps"]
+    assert [s["name"] for s in steps][-7:] == [
+        "stop worker", "unmount", "detach", "wait detached", "attach", "wait attached", "check attached",
+    ]  # fmt: skip
+    assert "exited" in steps[-7]["detail"] and "also serves 5" in steps[-7]["detail"]
+    assert stand_in.returncode == -signal.SIGTERM, "stopped by SIGTERM, before the unmount"
+    assert ec2.attached_to(volume) == new
+    assert fake_umount.log.read_text().splitlines() == [str(data_dir)] * 2
+
+
+def test_reattach_refuses_a_volume_the_serial_shows_is_another(cli, ec2, make_store, tmp_path, fake_kernel):
+    old, new = ec2.instance(), ec2.instance()
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    holder = ec2.volume(tags, attach_to=old)
+    moved = ec2.volume(tags, attach_to=old, device="/dev/sdg")  # tagged alike, but not what -d is on
+    data_dir = tmp_path / "mnt"
+    make_store(data_dir, "events", 3, 50)
+    fake_kernel.nvme("nvme1n1", holder.replace("-", ""), partitions=("nvme1n1p1",))
+    fake_kernel.mount(data_dir, "/dev/nvme1n1p1")
+    result = cli(*reattach_args(ec2, moved, new, "--data-dir", str(data_dir), "--dry-run"))
+    assert result.exit_code == 2
+    assert error_line(result.stderr) == (
+        f"error: the store checked in {data_dir} is not on volume {moved}: {data_dir} is on {data_dir} "
+        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass -d as the volume's mount on this host, or "
+        "leave -d out to rely on the tags alone"
+    )
+    assert ec2.attached_to(moved) == old
 
 
 def test_reattach_refuses_wrong_partition_zone_or_missing_tags(cli, ec2):
@@ -108,10 +234,11 @@ def test_reattach_refuses_wrong_partition_zone_or_missing_tags(cli, ec2):
     assert missing.exit_code == 2 and "vol-0123456789abcdef0 does not exist" in missing.stderr
 
 
-def test_reattach_refuses_while_the_partitions_worker_is_live(cli, ec2, tmp_path, make_store):
+def test_reattach_refuses_while_the_partitions_worker_is_live(cli, ec2, make_store, volume_mount):
     old, new = ec2.instance(), ec2.instance()
-    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=old)
-    data_dir = tmp_path / "mnt"
+    tags = {"dedupectl:topic": "events", "dedupectl:partition": "3"}
+    volume = ec2.volume(tags, attach_to=old, device=volume_mount.device)
+    data_dir = volume_mount.path
     make_store(data_dir, "events", 3, 10)
     live_status(data_dir, "events", 3)
     result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
@@ -121,11 +248,11 @@ def test_reattach_refuses_while_the_partitions_worker_is_live(cli, ec2, tmp_path
     assert ec2.attached_to(volume) == old
 
 
-def test_stop_worker_stops_a_real_worker_then_moves_the_volume(cli, ec2, kafka_broker, unique_name, tmp_path):
+def test_stop_worker_stops_a_real_worker_then_moves_the_volume(cli, ec2, kafka_broker, unique_name, volume_mount):
     kafka = KafkaConfig(kafka_broker.bootstrap_servers)
     topic = unique_name("reattach")
     create_topics(kafka, [topic, f"{topic}-out", f"{topic}.dead-letter"], 4)
-    data_dir = tmp_path / "mnt"
+    data_dir = volume_mount.path
     worker = subprocess.Popen(
         [
             sys.executable, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", topic,
@@ -143,18 +270,20 @@ def test_stop_worker_stops_a_real_worker_then_moves_the_volume(cli, ec2, kafka_b
             assert time.monotonic() < deadline, "the worker never took partition 3"
             time.sleep(0.2)
         old, new = ec2.instance(), ec2.instance()
-        volume = ec2.volume({"dedupectl:topic": topic, "dedupectl:partition": "3"}, attach_to=old)
+        tags = {"dedupectl:topic": topic, "dedupectl:partition": "3"}
+        volume = ec2.volume(tags, attach_to=old, device=volume_mount.device)
 
         refused = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir)))
         assert refused.exit_code == 2 and "worker 'mover'" in refused.stderr
 
-        result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), "--stop-worker", "--json"))
+        args = ("--data-dir", str(data_dir), "--stop-worker", "--unmount", "--json")
+        result = cli(*reattach_args(ec2, volume, new, *args))
         assert result.exit_code == 0, result.stderr
         steps = {s["name"]: s for s in json.loads(result.stdout)["steps"]}
         assert "exited" in steps["stop worker"]["detail"] and "also serves 0,1,2" in steps["stop worker"]["detail"]
         assert ec2.attached_to(volume) == new
         assert worker.wait(timeout=30) == 0, "SIGTERM is a graceful stop"
-        assert not read_statuses(data_dir), "the stopped worker removed its status file"
+        assert not os.path.ismount(data_dir) and steps["unmount"]["status"] == "done"
     finally:
         if worker.poll() is None:
             worker.kill()

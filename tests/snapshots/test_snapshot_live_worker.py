@@ -65,6 +65,7 @@ def test_snapshot_while_worker_writes_restores_to_the_live_store(kafka_broker, u
     distinct = len({r.key for r in records if r.kind == "new"})
     first, rest = records[:10_000], records[10_000:]
     data_dir, snapshots = tmp_path / "data", tmp_path / "snapshots"
+    snapshots.mkdir()  # a destination must exist: a missing one is refused, never made on the data disk
     live_path = store_path(data_dir, topic, 0)
 
     produce(kafka.bootstrap_servers, topic, first)
@@ -111,6 +112,8 @@ def test_snapshot_while_worker_writes_restores_to_the_live_store(kafka_broker, u
         feeder.join(60)
         assert "snapshotted" in created["taken_by"] and f"pid {worker.pid}" in created["taken_by"]
         assert 0 < created["id_count"] < distinct, "the snapshot should land mid-stream"
+        leftovers = [name for name in (".snapshot-requests", ".snapshot-staging") if (data_dir / name).exists()]
+        assert leftovers == [], "no empty request or staging folders left in the data directory"
         wait_until(lambda: recorded_ids(live_path) == distinct, 90, "the worker to record every id")
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -46,7 +46,8 @@ def test_create_list_verify_restore_round_trip(cli, tmp_path, make_store):
     assert summary == [(0, 12_000, 12_000), (1, 3_000, 3_000)]
     assert all(c["taken_by"].startswith("this process") for c in created)
     assert all(Path(c["location"]).parent == data_dir / "snapshots" for c in created)
-    assert not any((data_dir / ".snapshot-staging").iterdir()), "staging is cleaned up"
+    assert all(c["state"] == "completed" for c in created), "one word for a usable snapshot"
+    assert sorted(p.name for p in data_dir.iterdir()) == ["orders-0", "orders-1", "snapshots"], "no empty leftovers"
 
     listed = json.loads(cli("snapshot", "list", "-d", str(data_dir), "--json").stdout)
     assert [item["snapshot_id"] for item in listed] == [c["snapshot_id"] for c in created]
@@ -83,7 +84,7 @@ def test_checkpoint_is_hard_links_but_the_published_snapshot_is_a_copy(cli, tmp_
 def test_damaged_file_is_named_by_verify_and_refused_by_restore(cli, tmp_path, damage, make_store, tree_digest):
     data_dir = tmp_path / "data"
     make_store(data_dir, "pay", 0, 8_000)
-    (created,) = create(cli, data_dir, "-p", "0", "--to", str(tmp_path / "backups"))
+    (created,) = create(cli, data_dir, "-p", "0", "--to", str(tmp_path / "backups"), "--mkdir")
     snapshot_id = created["snapshot_id"]
     snapshot_dir = tmp_path / "backups" / snapshot_id
     name = sst_name(snapshot_dir)
@@ -110,7 +111,7 @@ def test_damaged_file_is_named_by_verify_and_refused_by_restore(cli, tmp_path, d
     assert restore.exit_code == 2
     assert f"file store/{name} is {damage}" in restore.stderr and "nothing was placed" in restore.stderr
     assert tree_digest(live) == before
-    assert sorted(p.name for p in data_dir.iterdir()) == [".snapshot-staging", "pay-0"], "no partial restore left"
+    assert sorted(p.name for p in data_dir.iterdir()) == ["pay-0"], "no partial restore left"
 
 
 def test_restore_refuses_a_store_served_by_a_live_worker(cli, tmp_path, make_store, tree_digest):
@@ -130,6 +131,7 @@ def test_restore_refuses_a_store_served_by_a_live_worker(cli, tmp_path, make_sto
     result = cli("snapshot", "restore", created["snapshot_id"], "-d", str(data_dir), "--replace")
     assert result.exit_code == 2
     assert "refusing to restore over a live store: worker 'w7'" in result.stderr
+    assert result.stderr.rstrip().endswith("stop that worker first; nothing was changed"), "no store it holds"
     assert tree_digest(store_path(data_dir, "live", 0)) == before
 
     (data_dir / "worker-w7.json").unlink()  # the worker stopped
@@ -150,7 +152,8 @@ def test_bad_input_gives_one_line_errors(cli, cli_process, tmp_path, make_store)
     cases = [
         (("snapshot", "verify", "bad-0-20260101T000000.000Z", "-d", str(data_dir)), "no snapshot bad-0-20260101"),
         (("snapshot", "restore", "garbage", "-d", str(data_dir)), "'garbage' is not a snapshot id"),
-        (("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(blocker / "x")), "cannot be created"),
+        (("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(blocker / "x")), "x does not exist"),
+        (("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(blocker / "x"), "--mkdir"), "cannot be"),
         (("snapshot", "create", "-d", str(data_dir), "-p", "5"), "no store for partition(s) 5 of bad"),
         (("snapshot", "create", "-d", str(data_dir)), "pass --partition P (repeatable) or --all"),
         (("snapshot", "prune", "-d", str(data_dir)), "prune needs --keep N and/or --older-than"),
@@ -164,7 +167,7 @@ def test_bad_input_gives_one_line_errors(cli, cli_process, tmp_path, make_store)
     assert not (blocker.parent / "data" / "snapshots").exists(), "no checkpoint taken for a bad destination"
 
     # and through the real console entry point, in its own process
-    result = cli_process("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(blocker / "x"))
+    result = cli_process("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(blocker / "x"), "--mkdir")
     assert result.exit_code == 2
     assert result.stderr.strip().startswith("error: snapshot destination") and "Not a directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -220,11 +223,14 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
     clock = [1000.0]
     path = make_store(data_dir, "sched", 0, 2_000)
     destination = tmp_path / "hourly"
+    destination.mkdir()
+    published: list[int] = []
     schedule = SnapshotSchedule(
         data_dir,
         "sched",
         ScheduleConfig(every_s=3600, destination=str(destination), keep=2),
         clock=lambda: clock[0],
+        on_published=lambda: published.append(1),
     )
     with DedupStore.open_existing(path) as store:
         schedule.maybe_run({0: store})
@@ -235,17 +241,24 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
             schedule.maybe_run({0: store})
             assert schedule.wait(60)
     schedule.close()
-    assert schedule.stats.published == 3 and schedule.stats.failed == 0
+    assert schedule.stats.published == 3 and schedule.stats.failed == 0 and len(published) == 3
     kept = sorted(destination.iterdir())
     assert len(kept) == 2, "keep=2 prunes the oldest"
     manifest = json.loads((kept[-1] / "manifest.json").read_text())
     assert manifest["output_offset"] == 2_003 and manifest["id_count"] == 2_003
 
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
+    # the backup disk goes away after the start: the round fails, takes no checkpoint, recreates nothing
+    backup_disk = tmp_path / "backup-disk"
+    backup_disk.mkdir()
+    failed_steps: list[str] = []
     failing = SnapshotSchedule(
-        data_dir, "sched", ScheduleConfig(every_s=60, destination=str(blocker / "x")), clock=lambda: clock[0]
+        data_dir,
+        "sched",
+        ScheduleConfig(every_s=60, destination=str(backup_disk)),
+        clock=lambda: clock[0],
+        on_failure=failed_steps.append,
     )
+    backup_disk.rmdir()
     with DedupStore.open_existing(path) as store:
         clock[0] += 60
         failing.maybe_run({0: store})  # must not raise into the worker
@@ -253,8 +266,10 @@ def test_schedule_snapshots_between_batches_and_survives_failures(tmp_path, make
         store.record([b"after-failure"], [1])
     failing.close()
     assert failing.stats.failed == 1 and failing.stats.published == 0
-    assert "Not a directory" in failing.stats.last_error
-    assert not any((data_dir / ".snapshot-staging").iterdir()), "a failed snapshot leaves no staging behind"
+    assert failed_steps == ["round"], "told to the worker, which counts it in its metrics"
+    assert f"snapshot destination {backup_disk} does not exist (any more)" in failing.stats.last_error
+    assert not backup_disk.exists(), "a vanished destination is not recreated on the data disk"
+    assert not (data_dir / ".snapshot-staging").exists(), "no checkpoint taken for nowhere to go"
 
 
 def test_snapshot_ids_sort_by_time_and_parse_back():
