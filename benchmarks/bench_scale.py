@@ -1,6 +1,7 @@
 """How the store's costs grow with the ids it holds, from 1M ids to ``--max-ids`` in one partition store.
 
     python benchmarks/bench_scale.py [--max-ids 100000000] [--batch 5000] [--out benchmarks/results/scale.json]
+                                     [--bulk-load-ids 1000000000]
 
 One store is grown through the worker's write path (``contains_many`` then ``record``, batches of ``--batch``
 ``ajs-`` ids, under the worker's memtable budget, its id filter sized for a window of ``--max-ids`` as a
@@ -20,6 +21,11 @@ against a reference store of 1M ids built the same way and kept open in the same
   are reported apart;
 - ingest with aging: 200 more batches, in alternating blocks without and with an ``age_step`` between
   batches that keeps the store at its size (p99 batch latency of each, and their ratio).
+
+With ``--bulk-load-ids N``, a store of N random ids is then made by bulk load (``benchmarks/bulk_stores.py``,
+as ``dedupectl rebuild`` makes one; 10M ids per file), opened as a worker opens its store, and measured the
+same way against the same 1M-id store, with the memory its open took per id (RocksDB's table readers and the
+id filter). N = 1,000,000,000 needs about 25 GB of disk and most of an hour.
 
 Prints the curve with ratios against the 1M point and against the reference store, and writes the figures
 to ``--out``. ``--max-ids 10000000`` is a run of a few minutes; 100M ids takes most of an hour on two cores.
@@ -55,7 +61,9 @@ from benchmarks.bench_store import (  # noqa: E402
     rss_bytes,
     settle,
 )
+from benchmarks.bulk_stores import bucket_ids, bulk_load_store  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
+from store.bulk_load import LoadLayout  # noqa: E402
 from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files  # noqa: E402
@@ -68,6 +76,8 @@ ABSENT_SAMPLE = 200_000
 PRESENT_SAMPLE = 20_000
 ROUNDS = 5
 AGING_BATCHES = 200
+BULK_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=10_000_000)
+BULK_PRESENT_BUCKETS = 5  # present ids are drawn from this many buckets spread over the store
 
 
 def points(max_ids: int) -> list[int]:
@@ -134,10 +144,13 @@ def turn_rates(sides: dict, count: int, batch: int, seed: int) -> dict:
     return figures
 
 
-def measure(store: DedupStore, reference: DedupStore, batch: int) -> dict:
+def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: list[bytes] | None = None) -> dict:
+    """Lookups of ``store`` against ``reference`` (see the module docstring). ``present_ids``: ids the store
+    holds (default: drawn from those ``grow`` recorded)."""
     state = store.state
     rng = random.Random(state.next_seq)
-    drawn = [rng.randrange(state.first_live_seq, state.next_seq) for _ in range(PRESENT_SAMPLE)]
+    if present_ids is None:
+        present_ids = [message_id(rng.randrange(state.first_live_seq, state.next_seq)) for _ in range(PRESENT_SAMPLE)]
     ref_drawn = [rng.randrange(REFERENCE_IDS) for _ in range(PRESENT_SAMPLE)]
 
     def absent():
@@ -156,7 +169,7 @@ def measure(store: DedupStore, reference: DedupStore, batch: int) -> dict:
     # each store looks up ids it holds: the same count, drawn from its own range
     present_rates = turn_rates(
         {
-            "store": (store.contains_many, lambda: [message_id(n) for n in drawn]),
+            "store": (store.contains_many, lambda: [bytes(i) for i in present_ids]),
             "reference": (reference.contains_many, lambda: [message_id(n) for n in ref_drawn]),
         },
         PRESENT_SAMPLE,
@@ -164,7 +177,7 @@ def measure(store: DedupStore, reference: DedupStore, batch: int) -> dict:
         2,
     )
     assert not any(store.contains_many(absent()[:batch]))
-    assert all(store.contains_many([message_id(n) for n in drawn[:batch]]))
+    assert all(store.contains_many(present_ids[:batch]))
     return {
         "live_ids": state.live_ids,
         "ids_files": len(ids_files(store)),
@@ -181,6 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-ids", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
+    parser.add_argument("--bulk-load-ids", type=int, default=0, help="also measure a bulk-loaded store of N ids")
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale.json")
     args = parser.parse_args()
@@ -219,6 +233,11 @@ def main() -> None:
                 figures["point"] = point
                 curve.append(figures)
                 console.print(_line(figures, curve[0]))
+            bulk = None
+            if args.bulk_load_ids:
+                store.close()  # its memory would blur what the bulk-loaded store's open takes
+                bulk = measure_bulk(scratch, reference, args.bulk_load_ids, args.batch, progress, task)
+                console.print(_bulk_line(bulk))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     first = curve[0]
@@ -234,10 +253,65 @@ def main() -> None:
         "seconds": time.perf_counter() - started,
         "curve": curve,
         "filter_bytes_per_window_id": curve[-1]["filter_bytes"] / args.max_ids,
+        "bulk_loaded": bulk,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     report(result)
+
+
+def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, progress: Progress, task) -> dict:
+    """Bulk load a store of ``count`` ids, open it as a worker does, and measure it against ``reference``."""
+    path = scratch / "bulk-0"
+    window = count + count // 20
+    progress.update(task, description=f"bulk loading {count:,} ids", total=count, completed=0)
+    load_seconds = bulk_load_store(
+        path,
+        topic="bulk",
+        partition=0,
+        count=count,
+        layout=BULK_LAYOUT,
+        seed=5,
+        window_ids=window,
+        on_bucket=lambda done: progress.update(task, completed=done),
+    )
+    progress.update(task, description=f"measuring the bulk-loaded store of {count:,} ids")
+    release_free_memory()
+    before = rss_bytes()
+    opened = time.perf_counter()
+    with DedupStore.open(path, topic="bulk", partition=0, window_ids=window) as store:
+        store.contains_many([b"warm-up"])  # the filter saved by the load is read here
+        open_seconds = time.perf_counter() - opened
+        release_free_memory()
+        memory = rss_bytes() - before
+        buckets = -(-count // BULK_LAYOUT.bucket_ids)
+        chosen = sorted(
+            {round(k * (buckets - 1) / max(BULK_PRESENT_BUCKETS - 1, 1)) for k in range(BULK_PRESENT_BUCKETS)}
+        )
+        rng = random.Random(5)
+        present = []
+        for bucket in chosen:
+            size = min(BULK_LAYOUT.bucket_ids, count - bucket * BULK_LAYOUT.bucket_ids)
+            present += rng.sample(bucket_ids(5, bucket, size).tolist(), PRESENT_SAMPLE // len(chosen))
+        figures = measure(store, reference, batch, present)
+        figures.update(
+            load_seconds=load_seconds,
+            open_seconds=open_seconds,
+            memory_per_id=memory / count,
+            filter_bytes_per_id=store.filter_bytes / count,
+        )
+    return figures
+
+
+def _bulk_line(figures: dict) -> str:
+    return (
+        f"bulk-loaded {figures['live_ids']:,} ids (in {figures['load_seconds']:.0f}s): {figures['ids_files']} ids "
+        f"files, {figures['bytes_per_id']:.1f} B/id, opened in {figures['open_seconds']:.1f}s taking "
+        f"{figures['memory_per_id']:.2f} B/id of memory; absent {figures['absent']['per_s'] / 1e6:.2f}M/s "
+        f"({figures['absent']['ratio_vs_reference']:.2f}x the 1M store; without the filter "
+        f"{figures['absent']['without_filter_per_s'] / 1e6:.2f}M/s), "
+        f"present {figures['present']['per_s'] / 1e3:.1f}k/s ({figures['present']['ratio_vs_reference']:.2f}x)"
+    )
 
 
 def _line(figures: dict, first: dict) -> str:
@@ -284,6 +358,8 @@ def report(result: dict) -> None:
         )
     console.print(table)
     console.print(f"id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for")
+    if result["bulk_loaded"]:
+        console.print(_bulk_line(result["bulk_loaded"]))
 
 
 if __name__ == "__main__":

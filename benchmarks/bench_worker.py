@@ -29,20 +29,19 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bulk_stores import bulk_load_store  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
-from store.bulk_load import LoadLayout, ingest, write_bucket_places  # noqa: E402
-from store.codec import StoreState  # noqa: E402
+from store.bulk_load import LoadLayout  # noqa: E402
 from store.layout import store_path  # noqa: E402
 
 console = Console()
@@ -57,44 +56,21 @@ def _json_from(command: list[str]) -> dict:
 
 
 PREFILL_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=2_000_000)
-_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
-
-
-def _random_ajs_ids(rng: np.random.Generator, count: int) -> np.ndarray:
-    """``count`` distinct-looking ``ajs-`` + 32 hex ids as one array of 36-byte strings (no object per id)."""
-    raw = rng.integers(0, 256, (count, 16), dtype=np.uint8)
-    text = np.empty((count, 36), np.uint8)
-    text[:, :4] = np.frombuffer(b"ajs-", np.uint8)
-    text[:, 4::2] = _HEX[raw >> 4]
-    text[:, 5::2] = _HEX[raw & 15]
-    return text.view("S36").ravel()
 
 
 def prefill(data_dir: Path, topic: str, partitions: int, total: int) -> float:
     """Bulk load ``total`` ids spread over the partitions' stores; returns the seconds it took."""
-    started = time.monotonic()
-    per_partition = total // partitions
-    now_ms = int(time.time() * 1000)
-    for partition in range(partitions):
-        rng = np.random.default_rng(partition)
-        staging = data_dir / f".staging-{partition}"
-        buckets = []
-        for bucket in range(-(-per_partition // PREFILL_LAYOUT.bucket_ids)):
-            count = min(PREFILL_LAYOUT.bucket_ids, per_partition - bucket * PREFILL_LAYOUT.bucket_ids)
-            ids = _random_ajs_ids(rng, count)
-            order = np.argsort(ids, kind="stable")  # an SST file takes its keys in order
-            stamps = now_ms - 3_600_000 + (bucket * PREFILL_LAYOUT.bucket_ids + order) // 1_000
-            buckets.append(
-                write_bucket_places(
-                    staging, bucket, order, ids[order].view("V36"), stamps, per_partition, PREFILL_LAYOUT
-                )
-            )
-        state = StoreState(next_seq=per_partition)
-        ingest(
-            store_path(data_dir, topic, partition), topic=topic, partition=partition, buckets=buckets, state=state
-        ).close()
-        shutil.rmtree(staging)
-    return time.monotonic() - started
+    return sum(
+        bulk_load_store(
+            store_path(data_dir, topic, partition),
+            topic=topic,
+            partition=partition,
+            count=total // partitions,
+            layout=PREFILL_LAYOUT,
+            seed=partition,
+        )
+        for partition in range(partitions)
+    )
 
 
 def _linked_copy(source: Path, target: Path) -> None:

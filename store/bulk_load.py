@@ -232,9 +232,11 @@ def ingest(
     partition: int,
     buckets: Sequence[BucketFiles],
     state: StoreState,
+    window_ids: int | None = None,
 ) -> DedupStore:
     """Create a fresh store at ``path`` from the buckets' SST files (moved in, oldest sequence numbers first,
-    so FIFO ages them first) and set its state; returns it open for writing."""
+    so FIFO ages them first) and set its state; returns it open for writing, its id filter built for
+    ``window_ids`` (see ``DedupStore.open``)."""
     ordered = sorted(buckets, key=lambda b: b.first_seq)
     expected = 0
     for files in ordered:
@@ -245,7 +247,7 @@ def ingest(
         raise StoreCorruptError(f"bulk load holds {expected} ids, the state says {state.next_seq}")
     if os.path.exists(path):
         raise StoreCorruptError(f"{path} already exists; a bulk load builds a fresh store")
-    store = DedupStore.open(path, topic=topic, partition=partition)
+    store = DedupStore.open(path, topic=topic, partition=partition, window_ids=window_ids)
     try:
         options = IngestExternalFileOptions()
         options.set_move_files(True)  # a rename (hard link), not a copy

@@ -877,6 +877,8 @@ class DedupStore:
             family.flush(True)
 
     def close(self) -> None:
+        if self._ids is None:  # closed already
+            return
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
             if self.writable:

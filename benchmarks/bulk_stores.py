@@ -1,0 +1,64 @@
+"""Stores that already hold many ids, made fast for benchmarks: random ``ajs-`` ids bulk loaded as
+``dedupectl rebuild`` loads a store (``store.bulk_load``), a bucket of sorted ids per SST file."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from store.bulk_load import LoadLayout, ingest, write_bucket_places
+from store.codec import StoreState
+
+_HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
+
+
+def random_ajs_ids(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` random ``ajs-`` + 32 hex ids as one array of 36-byte strings (no Python object per id)."""
+    raw = rng.integers(0, 256, (count, 16), dtype=np.uint8)
+    text = np.empty((count, 36), np.uint8)
+    text[:, :4] = np.frombuffer(b"ajs-", np.uint8)
+    text[:, 4::2] = _HEX[raw >> 4]
+    text[:, 5::2] = _HEX[raw & 15]
+    return text.view("S36").ravel()
+
+
+def bucket_ids(seed: int, bucket: int, size: int) -> np.ndarray:
+    """The ids ``bulk_load_store`` puts in one bucket (each bucket has its own generator: any one can be
+    made again to look its ids up)."""
+    return random_ajs_ids(np.random.default_rng([seed, bucket]), size)
+
+
+def bulk_load_store(
+    path: Path,
+    *,
+    topic: str,
+    partition: int,
+    count: int,
+    layout: LoadLayout,
+    seed: int,
+    window_ids: int | None = None,
+    on_bucket=None,
+) -> float:
+    """Make a store of ``count`` random ids at ``path`` (timestamps over the last hour, no offsets covered)
+    with its id filter built and saved; returns the seconds it took."""
+    started = time.monotonic()
+    staging = path.with_name(f".{path.name}.staging")
+    now_ms = int(time.time() * 1000)
+    buckets = []
+    for bucket in range(-(-count // layout.bucket_ids)):
+        size = min(layout.bucket_ids, count - bucket * layout.bucket_ids)
+        ids = bucket_ids(seed, bucket, size)
+        order = np.argsort(ids, kind="stable")  # an SST file takes its keys in order
+        stamps = now_ms - 3_600_000 + (bucket * layout.bucket_ids + order) * 3_600_000 // count
+        buckets.append(write_bucket_places(staging, bucket, order, ids[order].view("V36"), stamps, count, layout))
+        if on_bucket is not None:
+            on_bucket(bucket * layout.bucket_ids + size)
+    store = ingest(
+        path, topic=topic, partition=partition, buckets=buckets, state=StoreState(next_seq=count), window_ids=window_ids
+    )
+    store.close()
+    shutil.rmtree(staging, ignore_errors=True)
+    return time.monotonic() - started
