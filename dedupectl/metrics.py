@@ -24,6 +24,12 @@ class WorkerMetrics:
             "dedupectl_recovered_ids", "Ids found in the output and recorded by recovery", _LABEL, registry=r
         )
         self.store_keys = Gauge("dedupectl_store_keys", "Live ids in the partition's store", _LABEL, registry=r)
+        self.id_filter_bytes = Gauge(
+            "dedupectl_id_filter_bytes",
+            "Memory of the partition's id filter (0 before its first batch)",
+            _LABEL,
+            registry=r,
+        )
         self.window_seconds = Gauge(
             "dedupectl_effective_window_seconds",
             "Age of the oldest live id: how far back a repeat is still caught (page when under the floor)",
@@ -67,7 +73,7 @@ class WorkerMetrics:
 
     def forget_store(self, partition: int) -> None:
         """Drop a revoked partition's store gauges: its new owner exports them, a stale copy would mislead."""
-        for gauge in (self.window_seconds, self.store_keys, self.recovery_offsets):
+        for gauge in (self.window_seconds, self.store_keys, self.recovery_offsets, self.id_filter_bytes):
             with contextlib.suppress(KeyError):  # never exported: nothing to drop
                 gauge.remove(str(partition))
 

@@ -668,6 +668,7 @@ class Worker:
             self.metrics.store_keys.labels(label).set(result.live_ids)
         window = effective_window_seconds(store)
         self.metrics.window_seconds.labels(label).set(math.nan if window is None else window)
+        self.metrics.id_filter_bytes.labels(label).set(store.filter_bytes)
 
     def _account(self, plan: _Plan, store_keys: int) -> None:
         label = str(plan.partition)

@@ -3,7 +3,9 @@
 Writers open it read-write (taking RocksDB's lock, so two processes never share a store); inspection opens
 it as a secondary instance, which takes no lock and follows the writer. The byte layout is in ``store.codec``:
 each id is stored once, keyed by its packed bytes, with its sequence number as the value; ``first_live_seq``
-is the exact aging cut every reader applies.
+is the exact aging cut every reader applies. A worker's store (``open``) also keeps an id filter in memory
+(``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds, and
+saved beside the database (``FILTER_FILE``) when it closes.
 """
 
 from __future__ import annotations

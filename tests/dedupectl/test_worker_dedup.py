@@ -4,6 +4,7 @@ across restarts; dead letters kept with their reasons; output partition = input 
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 
 from confluent_kafka import Consumer, TopicPartition
@@ -144,6 +145,9 @@ def test_worker_ages_its_store_to_the_size_bound(make_pipeline):
     assert 'dedupectl_aged_ids_total{partition="0"} 250.0' in text
     assert 'dedupectl_store_keys{partition="0"} 50.0' in text
     assert 'dedupectl_effective_window_seconds{partition="0"}' in text
+    # the id filter is sized for the bound (at least its minimum window), and reported
+    filter_bytes = float(re.search(r'dedupectl_id_filter_bytes\{partition="0"\} (\S+)', text)[1])
+    assert filter_bytes > 0
     # an id aged out of the window is new again; one still inside it is a repeat
     pipeline.produce([(b"id-0", event("id-0", 1000)), (b"id-299", event("id-299", 1001))])
     again = pipeline.run_worker(pipeline.config(max_keys=50))

@@ -85,11 +85,14 @@ def test_aged_files_go_without_new_input(make_pipeline, monkeypatch):
         assert [file.seq_range for file in ids_files(store)] == [(1_000, 1_999)]
 
 
-@pytest.mark.parametrize("revoked_gauges", ["dedupectl_effective_window_seconds", "dedupectl_store_keys"])
+@pytest.mark.parametrize(
+    "revoked_gauges", ["dedupectl_effective_window_seconds", "dedupectl_store_keys", "dedupectl_id_filter_bytes"]
+)
 def test_a_revoked_partition_exports_no_stale_gauge(revoked_gauges):
     metrics = WorkerMetrics()
     metrics.window_seconds.labels("3").set(10.0)
     metrics.store_keys.labels("3").set(5)
+    metrics.id_filter_bytes.labels("3").set(2_400_000)
     metrics.forget_store(3)
     metrics.forget_store(4)  # never exported: nothing to drop
     assert metrics.registry.get_sample_value(revoked_gauges, {"partition": "3"}) is None
