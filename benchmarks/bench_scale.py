@@ -66,7 +66,7 @@ from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store.bulk_load import LoadLayout  # noqa: E402
 from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
-from store.footprint import dir_bytes, ids_files  # noqa: E402
+from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
 from store.options import shared_memory  # noqa: E402
 
@@ -182,6 +182,7 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
         "live_ids": state.live_ids,
         "ids_files": len(ids_files(store)),
         "dir_bytes": dir_bytes(store.path),
+        "sst_bytes_per_id": sst_bytes(store) / state.live_ids,
         "bytes_per_id": dir_bytes(store.path) / state.live_ids,
         "rss_bytes": rss_bytes(),
         "filter_bytes": store.filter_bytes,
@@ -197,7 +198,15 @@ def main() -> None:
     parser.add_argument("--bulk-load-ids", type=int, default=0, help="also measure a bulk-loaded store of N ids")
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale.json")
+    parser.add_argument("--markdown", type=Path, help="also write the tables as markdown to this file")
+    parser.add_argument("--render", type=Path, help="measure nothing: print (and --markdown) a result file")
     args = parser.parse_args()
+    if args.render:
+        result = json.loads(args.render.read_text())
+        report(result)
+        if args.markdown:
+            args.markdown.write_text(markdown(result))
+        return
     if args.max_ids < REFERENCE_IDS:
         raise SystemExit(f"--max-ids must be at least {REFERENCE_IDS:,}")
     limit_heap_retention()
@@ -258,6 +267,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     report(result)
+    if args.markdown:
+        args.markdown.write_text(markdown(result))
 
 
 def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, progress: Progress, task) -> dict:
@@ -314,6 +325,39 @@ def _bulk_line(figures: dict) -> str:
     )
 
 
+def markdown(result: dict) -> str:
+    machine = result["machine"]
+    lines = [
+        "# The store's costs by size",
+        "",
+        f"`benchmarks/bench_scale.py`, {machine['cpus']} cores, {machine['platform']}, Python {machine['python']}; "
+        f"batches of {result['batch']:,} ids, the reference store holds {result['reference_ids']:,} ids; "
+        f"{result['seconds'] / 60:.0f} minutes in all.",
+        "",
+        "| ids held | ids files | bytes on disk per id | RSS growth per id | absent ids/s | vs the 1M point "
+        "| vs the 1M store | absent ids/s without the id filter | present ids/s | vs the 1M point | vs the 1M store "
+        "| aging p99 ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for f in result["curve"]:
+        growth = f.get("rss_growth_per_id")
+        lines.append(
+            f"| {f['live_ids']:,} | {f['ids_files']} | {f['bytes_per_id']:.1f} | "
+            f"{'-' if growth is None else f'{growth:.2f}'} | {f['absent']['per_s'] / 1e6:.2f}M | "
+            f"{f['absent']['ratio_vs_first_point']:.2f} | {f['absent']['ratio_vs_reference']:.2f} | "
+            f"{f['absent'].get('without_filter_per_s', 0) / 1e6:.2f}M | {f['present']['per_s'] / 1e3:.1f}k | "
+            f"{f['present']['ratio_vs_first_point']:.2f} | {f['present']['ratio_vs_reference']:.2f} | "
+            f"{f['aging']['p99_ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        f"The id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for.",
+    ]
+    if result.get("bulk_loaded"):
+        lines += ["", _bulk_line(result["bulk_loaded"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
 def _line(figures: dict, first: dict) -> str:
     return (
         f"{figures['live_ids']:,} ids: {figures['ids_files']} ids files, {figures['bytes_per_id']:.1f} B/id, "
@@ -358,7 +402,7 @@ def report(result: dict) -> None:
         )
     console.print(table)
     console.print(f"id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for")
-    if result["bulk_loaded"]:
+    if result.get("bulk_loaded"):
         console.print(_bulk_line(result["bulk_loaded"]))
 
 
