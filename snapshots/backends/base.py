@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -38,23 +38,7 @@ class SnapshotInfo:
     def from_manifest(cls, manifest: Manifest, location: str, listed_as: str | None = None) -> SnapshotInfo:
         """The row of a snapshot stored as ``listed_as`` (its directory or key prefix): a manifest that names
         another snapshot makes it invalid, listed under the name it is stored as."""
-        problem = None if listed_as is None else identity_problem(listed_as, manifest)
-        if problem is not None:
-            named = parse_snapshot_id(listed_as)
-            return cls(
-                snapshot_id=listed_as,
-                topic=named.topic,
-                partition=named.partition,
-                input_offset=manifest.input_offset,
-                output_offset=manifest.output_offset,
-                id_count=manifest.id_count,
-                total_bytes=manifest.total_bytes,
-                created_ms=named.created_ms,
-                location=location,
-                state=INVALID,
-                problem=problem,
-            )
-        return cls(
+        info = cls(
             snapshot_id=manifest.snapshot_id,
             topic=manifest.topic,
             partition=manifest.partition,
@@ -64,6 +48,19 @@ class SnapshotInfo:
             total_bytes=manifest.total_bytes,
             created_ms=manifest.created_ms,
             location=location,
+        )
+        problem = None if listed_as is None else identity_problem(listed_as, manifest)
+        if problem is None:
+            return info
+        named = parse_snapshot_id(listed_as)
+        return replace(
+            info,
+            snapshot_id=listed_as,
+            topic=named.topic,
+            partition=named.partition,
+            created_ms=named.created_ms,
+            state=INVALID,
+            problem=problem,
         )
 
 
