@@ -16,7 +16,7 @@ Then, each in its own process (for a fair peak RSS), best of ``--repeat``:
 Each run also reports its process CPU seconds, and a reconcile the wall and CPU time of its lookup thread
 (the stage that checks each group against the store). Then, without Kafka, that stage alone over the whole
 store: groups checked by the store's batch digests (reconcile's first way), against every id looked up in
-key order (its way when the digests do not show a run, and its only way before them). Then ``--jobs 1``
+key order (its way when the digests do not show a run). Then ``--jobs 1``
 against ``--jobs 2`` on a two-partition topic of ``--jobs-records`` records per partition. Prints tables and
 writes benchmarks/results/reconcile.json.
 """
