@@ -1,7 +1,7 @@
 """The dedup worker: consume a batch, drop repeated ids, publish the rest in one Kafka transaction together
 with the input offsets, then record the published ids in the partition's store.
 
-Why this is exactly-once (DESIGN.md, "The worker"):
+Why this is exactly-once (docs/guide.md, "Why a crash at any point neither duplicates nor loses"):
 - the transaction makes publishing and advancing the input offset one atomic step, and fences zombies;
 - the store is written only after the commit, so it may lag the output but never lead it;
 - before a partition's first batch after any assignment, recovery reads the output partition from the

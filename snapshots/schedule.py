@@ -152,7 +152,7 @@ class SnapshotSchedule:
 
     def _publish_round(self, staged: list[tuple[str, CheckpointFacts]]) -> None:
         try:
-            # imported here, on the publishing thread: boto3 would add ~150 ms to every worker start
+            # imported here, on the publishing thread: importing boto3 would slow every worker start
             from snapshots.backends import open_backend
 
             backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
