@@ -48,6 +48,7 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics, make_consumer  # noqa: E402
 from reconcile.runner import ReconcileRequest, run_reconcile  # noqa: E402
 from reconcile.scan import SCAN_CONSUMER_SETTINGS  # noqa: E402
+from store import clock  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.layout import store_path  # noqa: E402
 
@@ -98,7 +99,7 @@ def produce(kafka: KafkaConfig, topic: str, partition: int, ids: list[bytes]) ->
 
 
 def fill_store(data_dir: Path, partition: int, ids: list[bytes], output_offset: int) -> None:
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     with DedupStore.open(store_path(data_dir, INPUT, partition), topic=INPUT, partition=partition) as store:
         for start in range(0, len(ids), 100_000):
             chunk = ids[start : start + 100_000]

@@ -40,6 +40,7 @@ from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
+from store import clock
 from store.aging import AgingPolicy, age_step
 from store.codec import encode_ids
 from store.dedup_store import DedupStore
@@ -462,7 +463,7 @@ class Worker:
         records = list(map(messages.__getitem__, positions))
         timestamps = list(map(itemgetter(1), map(Message.timestamp, records)))
         if timestamps and min(timestamps) <= 0:  # no usable record timestamp: the time it was seen
-            now_ms = int(time.time() * 1000)
+            now_ms = clock.now_ms()
             timestamps = [timestamp if timestamp > 0 else now_ms for timestamp in timestamps]
         return _Plan(
             partition=owned.number,
