@@ -97,11 +97,6 @@ class OffsetBounds:
     end: int  # the last stable offset: what read_committed can read up to
 
 
-def output_bounds(kafka: KafkaConfig, topic: str, partition: int) -> OffsetBounds:
-    with OutputReader(kafka) as reader:
-        return reader.bounds(topic, partition)
-
-
 class OutputReader:
     """One read_committed consumer reused for many scans: creating a consumer costs connections and
     metadata round trips, which would dominate catching up an idle partition. One thread at a time."""

@@ -17,7 +17,6 @@ from store.dedup_store import DedupStore
 from store.footprint import dir_bytes, sst_bytes
 from store.selection import StoreRef
 
-DEFAULT_FLOOR_SECONDS = 24 * 3600.0
 HOUR_MS = 3_600_000
 
 
