@@ -16,7 +16,7 @@ Then, each in its own process (for a fair peak RSS), best of ``--repeat``:
 Each run also reports its process CPU seconds, and a reconcile the wall and CPU time of its lookup thread
 (the stage that checks each group against the store). Then, without Kafka, that stage alone over the whole
 store: groups checked by the store's batch digests (reconcile's first way), against every id looked up in
-key order (its way when the digests do not show a run, and its only way before them). Then ``--jobs 1``
+key order (its way when the digests do not show a run). Then ``--jobs 1``
 against ``--jobs 2`` on a two-partition topic of ``--jobs-records`` records per partition. Prints tables and
 writes benchmarks/results/reconcile.json.
 """
@@ -48,6 +48,7 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics, make_consumer  # noqa: E402
 from reconcile.runner import ReconcileRequest, run_reconcile  # noqa: E402
 from reconcile.scan import SCAN_CONSUMER_SETTINGS  # noqa: E402
+from store import clock  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.layout import store_path  # noqa: E402
 
@@ -98,7 +99,7 @@ def produce(kafka: KafkaConfig, topic: str, partition: int, ids: list[bytes]) ->
 
 
 def fill_store(data_dir: Path, partition: int, ids: list[bytes], output_offset: int) -> None:
-    now = int(time.time() * 1000)
+    now = clock.now_ms()
     with DedupStore.open(store_path(data_dir, INPUT, partition), topic=INPUT, partition=partition) as store:
         for start in range(0, len(ids), 100_000):
             chunk = ids[start : start + 100_000]

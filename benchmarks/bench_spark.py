@@ -16,7 +16,7 @@ occurrence of each id, keyed by it, to a one-partition output topic (what the wo
     Python list (read from the output beforehand, not timed), through ``DedupStore.record`` in calls of
     5,000 ids (the worker's batch size), then ``flush``;
   * the worker's recovery (``catch_up``) into an empty store, which reads the output topic as well.
-  The issue's figure compares the store-building parts: SST files + ingest (from the numbered ids on the
+  The headline figure compares the store-building parts: SST files + ingest (from the numbered ids on the
   executors' disk, as the hand-over left them: one folder per bucket, each file sorted by id) against the
   write path (from the ids in a list). The output also gives the hand-over + SST + ingest ratio and the whole
   rebuild (from the topic) against recovery (from the topic). The rebuilt store is checked against the

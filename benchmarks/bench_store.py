@@ -1,4 +1,4 @@
-"""The dedup store against its targets (issue 3), all figures from one run on this machine.
+"""The dedup store against its targets, all figures from one run on this machine.
 
     python benchmarks/bench_store.py [--ids 10000000] [--batch 5000]
 

@@ -31,6 +31,25 @@ class DemoResult:
     def exactly_once(self) -> bool:
         return self.output.exactly_once and self.dead_letters_in_topic == self.sample.invalid
 
+    def figures(self) -> dict[str, int | float | bool]:
+        """The summary by field name, in the order it is shown (``--json`` prints it as it is)."""
+        busy = self.run.busy_seconds
+        return {
+            "messages_in": self.sample.produced,
+            "distinct_valid_ids_in": self.sample.distinct_ids,
+            "duplicates_in": self.sample.duplicates,
+            "invalid_in": self.sample.invalid,
+            "published": self.run.published,
+            "duplicates_dropped": self.run.duplicates,
+            "dead_letters": self.run.dead_letters,
+            "output_records": self.output.records,
+            "output_ids_published_twice": self.output.duplicated_ids,
+            "valid_ids_missing_from_output": self.output.missing_ids,
+            "dead_letter_topic_records": self.dead_letters_in_topic,
+            "messages_per_second": round(self.run.consumed / busy, 1) if busy else 0.0,
+            "exactly_once": self.exactly_once,
+        }
+
 
 def run_demo(
     count: int,

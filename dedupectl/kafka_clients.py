@@ -43,10 +43,6 @@ def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
     return build_client(Consumer, _settings(kafka, extra))
 
 
-def make_producer(kafka: KafkaConfig, **extra: Any) -> Producer:
-    return build_client(Producer, _settings(kafka, extra))
-
-
 def flush_at_exit(producer: Producer, timeout_s: float) -> int:
     """Flush on the way out; return the messages left undelivered. A producer that met a fatal error (fenced
     by a newer instance) raises it again from the flush that serves its error event: at exit that would

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-import simdjson  # validates a ~200-byte event in 0.4 us without building Python objects (orjson: 2.2 us)
+import simdjson  # validates an event without building Python objects: the cheapest check per record
 
 from store.codec import MAX_ID_BYTES
 

@@ -1,7 +1,7 @@
 """The dedup worker: consume a batch, drop repeated ids, publish the rest in one Kafka transaction together
 with the input offsets, then record the published ids in the partition's store.
 
-Why this is exactly-once (DESIGN.md, "The worker"):
+Why this is exactly-once (docs/guide.md, "Why a crash at any point neither duplicates nor loses"):
 - the transaction makes publishing and advancing the input offset one atomic step, and fences zombies;
 - the store is written only after the commit, so it may lag the output but never lead it;
 - before a partition's first batch after any assignment, recovery reads the output partition from the
@@ -40,6 +40,7 @@ from dedupectl.metrics import WorkerMetrics
 from reconcile.repair import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
+from store import clock
 from store.aging import AgingPolicy, age_step
 from store.codec import encode_ids
 from store.dedup_store import DedupStore
@@ -462,7 +463,7 @@ class Worker:
         records = list(map(messages.__getitem__, positions))
         timestamps = list(map(itemgetter(1), map(Message.timestamp, records)))
         if timestamps and min(timestamps) <= 0:  # no usable record timestamp: the time it was seen
-            now_ms = int(time.time() * 1000)
+            now_ms = clock.now_ms()
             timestamps = [timestamp if timestamp > 0 else now_ms for timestamp in timestamps]
         return _Plan(
             partition=owned.number,

@@ -9,7 +9,7 @@ How it stays fast and bounded over tens of millions of records:
   records at a time in key order (each store block is decompressed about once per group), in a helper
   thread while the previous group is compared and librdkafka fetches the next: RocksDB and librdkafka
   release the GIL (``reconcile.lookup``). Batches are read ``compact`` (ids, offsets, timestamps; not the
-  consumer's messages), so two groups in memory cost ~150 bytes a record.
+  consumer's messages), so holding two groups costs little memory per record.
 - **a healthy group is one run.** When a group's numbers are exactly ``first..first+n-1`` (in any order)
   and none was matched before, the whole group is matched at once (``_Comparison.feed_run``); any other
   group is compared record by record (``_Comparison.feed``), so the counts and samples stay exact.

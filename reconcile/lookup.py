@@ -6,7 +6,7 @@ batch's record). So a group is first checked against those digests: the first id
 where the group starts, each 512-id chunk the group covers whole must have the digest of the group's keys
 at its places, the chunks covered in part at the group's two edges are looked up id by id, and so is every
 256th id (a spot check of the stored ids themselves: any stretch of 256 or more ids missing from it, say a
-lost file, is caught). That costs ~0.65 us of CPU per id instead of ~4 (a present id's lookup reads and
+lost file, is caught). That costs a fraction of the lookups' CPU per id (a present id's lookup reads and
 searches a data block; bench_reconcile measures both). Anything else (a repeat, an absence, a batch without
 digests, a reordering) fails the check and takes the lookups below, which give the exact answer. Two
 different chunks share a digest with probability 2^-128.
@@ -19,10 +19,8 @@ is read, decompressed and searched. What makes that affordable over tens of mill
   every block of them. Its keys are put in key order (bucketed by their first random byte: cheap, and as
   good as a full sort at this block size) and looked up ``MULTI_GET_KEYS`` at a time, so consecutive
   multi-gets walk each file's blocks in order: a block is decompressed about once per group, not once
-  per id, and RocksDB's own sort of each small multi-get runs in cache. Measured on a 5M-id store: 3.0-4.7
-  us of CPU per id, against 5.2-7.7 us for the same ids in output order, 50,000 per multi-get (depending
-  on the shared machine's load). The block cache (8 MiB) holds a few hundred of a file's ~2,300 blocks;
-  with 128 MiB the lookups took ~15% less CPU.
+  per id, and RocksDB's own sort of each small multi-get runs in cache. The block cache holds a small part
+  of a file's blocks, and a larger one saves little (figures: docs/benchmarks.md).
 - **order does not matter on the fast path.** A healthy group's numbers are exactly ``first..first+n-1``:
   every id present, no two alike, max - min = n - 1. That is checked on the numbers as they come back,
   without mapping them to records; only a group that fails it (absences, repeats, aged ids) is mapped back
@@ -46,12 +44,11 @@ from store.codec import encode_ids
 from store.dedup_store import DedupStore
 
 # Records per group: each group decompresses about every block of the file(s) it falls in, so larger groups
-# cost less per id (measured: 50,000-record groups take ~30% more CPU per id than 200,000), but hold more
-# records in memory (~150 bytes each in compact batches, twice: one group compared, the next looked up).
+# cost less per id, but hold more records in memory (twice: one group compared, the next looked up).
 GROUP_RECORDS = 200_000
 MULTI_GET_KEYS = 1_000  # per multi-get: a few blocks' worth of keys in key order
 # A group checked by digests also looks up every 256th id in the store: a present id read out of order
-# costs a block decompressed (~15 us), so every 32nd cost ~0.46 us per id, half the whole check
+# costs a block decompressed, so a denser spot check would cost as much as the digests save
 SPOT_CHECK_STRIDE = 256
 _BUCKET = itemgetter(2)  # the first byte after the packed id's tag: uniform for packed ids
 

@@ -14,12 +14,12 @@ the partition's last stable offset when the reconcile starts.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dedupectl.errors import RangeError
 from reconcile.scan import OutputReader
+from store import clock
 
 _RELATIVE = re.compile(r"^(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -44,7 +44,7 @@ def parse_bound(text: str, option: str, *, now_ms: int | None = None) -> Bound:
         return Bound(text, offset=offset)
     relative = _RELATIVE.match(value.lower())
     if relative:
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        now_ms = clock.now_ms() if now_ms is None else now_ms
         seconds = float(relative["amount"]) * _UNIT_SECONDS[relative["unit"]]
         return Bound(text, timestamp_ms=now_ms - int(seconds * 1000))
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from dedupectl.errors import ConfigError, SnapshotCorruptError
 from snapshots.backends import AwsOptions, Backend, SnapshotInfo, VerifyReport, open_backend
 from snapshots.ids import parse_snapshot_id
 from snapshots.progress import NO_PROGRESS, TransferProgress
+from store import clock
 
 
 def _filter(infos: list[SnapshotInfo], topic: str | None, partition: int | None) -> list[SnapshotInfo]:
@@ -109,7 +109,7 @@ def prune_backend(
     dry_run: bool = False,
 ) -> PruneResult:
     check_policy(keep, older_than_s)  # before any call to the destination
-    now_ms = int(time.time() * 1000)
+    now_ms = clock.now_ms()
     infos = _filter(backend.list(), topic, partition)
     # an invalid snapshot (its name and manifest disagree) neither counts towards --keep nor goes unseen
     usable = [info for info in infos if info.usable]

@@ -12,11 +12,11 @@ The checkpoint flushes the memtables first, so its cost is bounded by the write 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dedupectl.errors import SnapshotError, StoreError
+from store import clock
 from store.dedup_store import DedupStore
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def take_checkpoint(store: DedupStore, target: Path) -> CheckpointFacts:
         input_offset=state.input_offset,
         output_offset=state.output_offset,
         oldest_id_timestamp_ms=oldest,
-        checkpointed_ms=int(time.time() * 1000),
+        checkpointed_ms=clock.now_ms(),
     )
 
 

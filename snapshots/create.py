@@ -21,6 +21,7 @@ from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_by
 from snapshots.progress import NO_PROGRESS, TransferProgress
 from snapshots.requests import remove_if_empty, remove_staging, request_checkpoint, staging_dir
 from snapshots.workers import describe, live_worker_for
+from store import clock
 from store.layout import list_store_dirs
 
 SELF = "this process (store idle)"
@@ -122,7 +123,7 @@ def snapshot_partition(
     wait_s: float,
     progress: TransferProgress,
 ) -> CreatedSnapshot:
-    snapshot_id = str(new_snapshot_id(topic, partition, int(time.time() * 1000)))
+    snapshot_id = str(new_snapshot_id(topic, partition, clock.now_ms()))
     staging = staging_dir(data_dir, snapshot_id)
     try:
         started = time.perf_counter()

@@ -26,6 +26,7 @@ from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
 from snapshots.progress import NO_PROGRESS
 from snapshots.requests import STAGING_DIR, remove_if_empty, remove_staging, serve_requests, staging_dir
+from store import clock
 from store.dedup_store import DedupStore
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class SnapshotSchedule:
             )
         staged: list[tuple[str, CheckpointFacts]] = []
         for partition, store in sorted(stores.items()):
-            snapshot_id = str(new_snapshot_id(self.topic, partition, int(time.time() * 1000)))
+            snapshot_id = str(new_snapshot_id(self.topic, partition, clock.now_ms()))
             staging = staging_dir(self.data_dir, snapshot_id)
             try:
                 staged.append((snapshot_id, take_checkpoint(store, staging / STORE_DIR)))
@@ -152,7 +153,7 @@ class SnapshotSchedule:
 
     def _publish_round(self, staged: list[tuple[str, CheckpointFacts]]) -> None:
         try:
-            # imported here, on the publishing thread: boto3 would add ~150 ms to every worker start
+            # imported here, on the publishing thread: importing boto3 would slow every worker start
             from snapshots.backends import open_backend
 
             backend = open_backend(self.config.destination, data_dir=self.data_dir, aws=self.config.aws)
@@ -169,7 +170,7 @@ class SnapshotSchedule:
                 _, location = publish_staged(backend, snapshot_id, facts, staging / STORE_DIR, NO_PROGRESS)
                 with self._lock:
                     self.stats.published += 1
-                    self.stats.last_success_ms = int(time.time() * 1000)
+                    self.stats.last_success_ms = clock.now_ms()
                 if self._on_published is not None:
                     self._on_published()
                 log.info("snapshot %s published to %s", snapshot_id, location)

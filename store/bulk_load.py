@@ -50,11 +50,8 @@ from store.codec import (
 from store.dedup_store import DedupStore
 from store.options import store_options
 
-# The ids family compresses at a high zstd level (store.options): worth it for files flushed once in the
-# background, but it makes writing an SST file 4x slower (3.7 vs 0.85 us per id, measured) for 7% fewer bytes.
-# A bulk load is the critical path of restoring capacity, so its files use the fastest level: 1 writes 0.76 us
-# per id against 0.92 at level 3 for 22.6 bytes per id against 22.3 (500k ajs- ids, measured back to back).
-# The family's own level applies again whenever FIFO merges them.
+# A bulk load is the critical path of restoring capacity: its files use zstd's fastest level, not the ids
+# family's high one (worth it only for files flushed in the background); FIFO merges apply the family's own.
 BULK_ZSTD_LEVEL = 1
 
 
@@ -120,8 +117,8 @@ def write_bucket_places(
 
     ``ids`` may also be a numpy array of byte strings of one length (what ``rebuild_lines.parse`` gives).
     The ids come in key order and the ``times`` family wants them in sequence order: that permutation, the
-    checks and the values run as numpy array operations. A Python-level step per id costs 0.1-0.3 us (a
-    random store into a 500k-slot list or array misses the cache), as much as RocksDB's own work for the id.
+    checks and the values run as numpy array operations: a Python-level step per id (a random store into a
+    large list misses the cache) would cost as much as RocksDB's own work for the id.
     """
     first_seq = bucket * layout.bucket_ids
     count = min(layout.bucket_ids, total_ids - first_seq)

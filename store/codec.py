@@ -1,7 +1,6 @@
 """Byte layout of the dedup store (schema version 4).
 
-Every id is stored exactly once, so the store costs about 22-25 bytes per retained ``ajs-`` + 32-hex id
-(schema 1 kept each id twice, in ``ids`` and in ``seq``: 50-80 bytes). Three column families, always written
+Every id is stored exactly once (bytes per id: docs/benchmarks.md). Three column families, always written
 together in one ``WriteBatch``:
 
 ``ids``    (FIFO compaction: its SST files are written in sequence order, so each file is a bucket of
@@ -17,7 +16,7 @@ together in one ``WriteBatch``:
            key    ``0xFF`` + ``>Q`` last sequence number of a batch    } smallest and largest keys are then
                                                                          its sequence range (``dedupectl sst``)
 ``times``  key    ``>Q`` first sequence number of a batch (fixed-width big-endian: byte order is numeric
-                  order; the seed's decimal strings sort "10" before "9")
+                  order; decimal strings would sort "10" before "9")
            value  ``>Bq`` delta width (2, 4 or 8; + 0x80 when digests end the value, + 0x40 when output
                   offsets follow the deltas) | first timestamp (ms), [``>I`` count, when either flag is set,]
                   then the other timestamps as big-endian deltas from their predecessor (publication order
@@ -74,8 +73,8 @@ CF_IDS = "ids"
 CF_TIMES = "times"
 CF_META = "meta"
 COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)
-# Schema 1's sequence family. Not on disk since schema 2 (the ids were stored twice): the name now stands for
-# the sequence view ``DedupStore.family(CF_SEQ)`` builds on demand, and its presence on disk marks an old store.
+# The sequence view ``DedupStore.family(CF_SEQ)`` builds on demand; a family of that name on disk marks a
+# schema 1 store, which this build does not open.
 CF_SEQ = "seq"
 LEGACY_FAMILIES = (CF_SEQ,)
 
@@ -118,8 +117,7 @@ _AJS_LEN = 36
 _AJS_KEY_LEN = 18
 _ID_SEPARATOR = b"\n\n"  # two bytes: read as "00" once checked, they keep each key on whole bytes
 _AJS_SPACED = _AJS_LEN + len(_ID_SEPARATOR)  # an ajs- id and the separator after it
-# Ids packed per pass: 500k ajs- ids cost 0.39 us each in one pass, 0.17 in blocks of 4,096 or 8,192 (their
-# bytes stay in the CPU's cache); 8,192 packs the worker's 5,000-id batches in one pass (0.19 against 0.21 us)
+# Ids packed per pass: a block's bytes stay in the CPU's cache, and one block packs a whole worker batch
 ENCODE_BLOCK = 8192
 _AJS_SPLITTERS: dict[tuple[int, bool], struct.Struct] = {}
 _SPLITTERS_KEPT = 64
@@ -204,7 +202,7 @@ def _pack_ajs_batch(message_ids: Sequence[bytes]) -> bytes | None:
     """The keys of ``message_ids`` if every one is an ``ajs-`` id, each followed by a 0x00 byte but the last
     (``_ajs_splitter(n, spaced=True)`` skips them), else None.
 
-    Checked in bulk so the whole batch costs a handful of C calls (about 0.1 us per id instead of 0.8). The ids
+    Checked in bulk so the whole batch costs a handful of C calls instead of several per id. The ids
     are joined with two newlines between them: the blob holds n valid ids exactly when it is 38 n - 2 bytes
     long with the newlines after every 36 bytes (so no id is longer or shorter: cheaper than asking each id its
     length) and what lies between is what ``_pack_ajs_joined`` checks. Any doubt falls back to the per-id path."""
@@ -289,7 +287,7 @@ def encode_seq_values(first: int, count: int) -> list[bytes]:
     """``ids`` values for ``count`` consecutive sequence numbers, all as wide as the last needs.
 
     Packed as 8-byte big-endian numbers and cut back to ``width`` bytes a block at a time (two struct calls
-    per block): 0.18 us per value with ``int.to_bytes`` one by one, 0.09 this way; every recorded id takes one."""
+    per block): every recorded id takes one, and ``int.to_bytes`` one by one costs twice as much."""
     width = seq_width(first + count - 1) if count else 1
     if width > 8:
         return [seq.to_bytes(width, "big") for seq in range(first, first + count)]
@@ -501,8 +499,7 @@ def _digest(joined: bytes, lengths: array) -> bytes:
 
 
 def batch_digests(keys: Sequence[bytes]) -> bytes:
-    """A batch's digests: ``chunk_digest`` of each ``DIGEST_CHUNK`` keys in sequence order, end to end (about
-    0.05 us per ``ajs-`` key)."""
+    """A batch's digests: ``chunk_digest`` of each ``DIGEST_CHUNK`` keys in sequence order, end to end."""
     return b"".join(chunk_digest(keys[start : start + DIGEST_CHUNK]) for start in range(0, len(keys), DIGEST_CHUNK))
 
 

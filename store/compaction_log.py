@@ -25,7 +25,6 @@ _COMPACTING = re.compile(r"^Compacting (?P<inputs>.+?) files to L(?P<level>\d+)"
 _INPUT = re.compile(r"(\d+)@(\d+)")
 _FLUSH_TABLE = re.compile(r"^Level-0 flush table #(?P<file>\d+): (?P<bytes>\d+) bytes OK")
 _FIFO_PICK = re.compile(r"^\[(?P<cf>[^\]]+)\] FIFO compaction: picking file (?P<file>\d+) with size (?P<size>\S+)")
-_FIFO_DELETED = re.compile(r"^\[(?P<cf>[^\]]+)\] Deleted (?P<count>\d+) files")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?B)$")
 _SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3, "TB": 1024**4}
 

@@ -1,15 +1,15 @@
 """Keeping the worker's resident memory to what its stores hold.
 
-What a store needs per retained id is small: its bloom filters and indexes, about 2.2 bytes per id. What
-glibc keeps resident after RocksDB frees memory is not, and grows with the work done:
+What a store needs per retained id is small: its bloom filters and indexes. What glibc keeps resident after
+RocksDB frees memory is not, and grows with the work done (figures: docs/benchmarks.md):
 
 - RocksDB allocates each memtable in large arena blocks. glibc serves such blocks with ``mmap`` at first, but
   after the first one is freed it raises its mmap threshold to that size, so later blocks come from the heap,
-  where a freed block may stay resident: up to a memtable's worth per store (measured: 198 MiB resident at
-  4M ids, 85 MiB with the threshold fixed). ``limit_heap_retention`` fixes the threshold, once, at start.
-- Flushes and compactions run in background threads whose malloc arenas keep freed small blocks
-  (measured at 8M ids: 99 MiB resident, 57 MiB after ``release_free_memory``). Calling it now and then
-  (the worker: once a minute) gives them back; it takes a few milliseconds.
+  where a freed block may stay resident: up to a memtable's worth per store. ``limit_heap_retention`` fixes
+  the threshold, once, at start.
+- Flushes and compactions run in background threads whose malloc arenas keep freed small blocks. Calling
+  ``release_free_memory`` now and then (the worker: once a minute) gives them back; it takes a few
+  milliseconds.
 """
 
 from __future__ import annotations

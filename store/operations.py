@@ -13,16 +13,13 @@ from dataclasses import dataclass
 from rocksdict import BottommostLevelCompaction, CompactOptions
 
 from dedupectl.errors import StoreLockedError
+from store import clock
 from store.aging import AgingPolicy, age_fully, drop_dead_files, plan_aging
 from store.codec import CF_IDS, CF_META, CF_TIMES, decode_id, decode_marker, decode_seq, is_marker
 from store.dedup_store import DedupStore
 from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
 from store.selection import StoreRef
 from store.window import oldest_live, window_info
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _open_writable(ref: StoreRef, verb: str, hint: str) -> DedupStore:
@@ -71,7 +68,7 @@ def age_stores(
     for ref in refs:
         if on_store is not None:
             on_store(ref)
-        now_ms = _now_ms()
+        now_ms = clock.now_ms()
         if dry_run:
             with DedupStore.open_secondary(ref.path) as store:
                 plan = plan_aging(store, policy)
@@ -158,7 +155,7 @@ def lookup_ids(refs: Sequence[StoreRef], ids: Sequence[str]) -> list[LookupResul
             for index, hit in enumerate(store.lookup_many(raw)):
                 if hit is not None and index not in found:
                     found[index] = (ref, hit[0], hit[1])
-    now_ms = _now_ms()
+    now_ms = clock.now_ms()
     topic = refs[0].topic if refs else ""
     results = []
     for index, message_id in enumerate(ids):

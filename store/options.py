@@ -1,12 +1,11 @@
 """RocksDB options for the dedup store.
 
 Nearly every lookup is for an id never seen, so the bloom filter is what saves a disk read: full filters on
-every file, 16 bits per key, never ``optimize_filters_for_hits``. At 10 bits a false positive (about 1% per
-file) decompresses a 16 KiB zstd block, which made absent lookups 2x slower at 10M ids; 16 bits cost 0.75 B
-of disk and of memory per id. Filters and indexes stay in the table readers (not in the block cache): a
-64 MiB cache is split into 1 MiB shards, and a filter block bigger than a shard is evicted at once and re-read
-on every lookup (measured: 15x slower absent lookups at 2M ids).
-They cost about 2.2 bytes of memory per id, and every table stays open (``max_open_files = -1``).
+every file, 16 bits per key, never ``optimize_filters_for_hits``: a false positive decompresses a whole data
+block, and at 10 bits they were frequent enough to slow absent lookups down. Filters and indexes stay in the
+table readers (not in the block cache): the cache is split into shards, and a filter block bigger than a
+shard would be evicted at once and re-read on every lookup. Every table stays open (``max_open_files = -1``).
+Figures: docs/benchmarks.md, "Figures behind design choices".
 
 The ``ids`` family uses FIFO compaction: nothing ever rewrites an id into another level, so each SST file
 holds one stretch of consecutive sequence numbers, in the order they were published. Aging drops whole files
@@ -31,13 +30,11 @@ from rocksdict import (
 from store.codec import CF_IDS, CF_META, CF_TIMES
 
 BLOOM_BITS_PER_KEY = 16
-BLOCK_CACHE_BYTES = (
-    8 * 1024 * 1024
-)  # data blocks only: what duplicates (0.6% of lookups) and filter false positives read
-IDS_BLOCK_BYTES = 16 * 1024  # larger blocks and restart intervals compress ids better (-0.5 B/id vs 4 KiB/16)
+BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # data blocks only: what duplicates (rare) and filter false positives read
+IDS_BLOCK_BYTES = 16 * 1024  # larger blocks and restart intervals compress ids better
 IDS_RESTART_INTERVAL = 32
-# zstd 12 instead of the default 3: -1.7 B/id on ids (random bytes leave little else to gain) for about 1 us
-# of background CPU per id at flush; decompression, i.e. lookups, costs the same
+# zstd 12 instead of the default 3: fewer bytes per id for background CPU at flush (random bytes leave little
+# else to gain); decompression, i.e. lookups, costs the same
 IDS_ZSTD_LEVEL = 12
 FIFO_UNBOUNDED = 1 << 62  # FIFO's own size limit, out of reach: aging lowers it only to drop given files
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
@@ -81,7 +78,7 @@ def _ids_options(cache: Cache, write_buffer_bytes: int = WRITE_BUFFER_BYTES) -> 
     options.set_level_zero_stop_writes_trigger(2_000)
     options.set_write_buffer_size(write_buffer_bytes)
     # a memtable bloom filter: an absent id skips the memtable's skip list. It is allocated whole with each
-    # memtable (ratio x write buffer): 0.02 gives ~10 bits per id of a full memtable
+    # memtable (ratio x write buffer): 0.02 gives about 10 bits per id of a full memtable
     options.set_memtable_prefix_bloom_ratio(0.02)
     # arena blocks default to 1/8 of the write buffer: that much taken by a memtable holding its first id
     options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
@@ -93,17 +90,17 @@ def _ids_options(cache: Cache, write_buffer_bytes: int = WRITE_BUFFER_BYTES) -> 
 class SharedMemory:
     """What the stores of one worker share, so that its memory does not grow with its partition count.
 
-    - ``write_buffers``: one memtable budget. Each ``ids`` memtable may grow to 64 MiB, and the partitions of
-      a worker fill theirs in step: 4 partitions held up to 4 x 64 MiB of memtables, released together at
-      their flushes, a saw-tooth of ~300 MB in the worker's RSS (32 partitions: 2 GiB). Under the budget the
-      store written to flushes once all memtables together pass ~7/8 of it.
+    - ``write_buffers``: one memtable budget. The partitions of a worker fill their memtables in step, so
+      memtables of their own would be released together at their flushes: a saw-tooth in the worker's RSS
+      that grows with the partition count. Under the budget the store written to flushes once all memtables
+      together pass about 7/8 of it.
     - ``ids_write_buffer_bytes``: each store's ``ids`` memtable size, at most half the budget. A memtable
       charges the budget from its creation with its bloom filter and first arena blocks, sized from the
-      write buffer: at 64 MiB that was 1.3 MiB per store, so a few stores under a small budget were over it
-      while empty and every write flushed all three families (files of a few dozen bytes).
-    - ``block_cache``: one cache for data blocks, instead of 8 MiB per store. The worker reads data blocks
-      only for duplicates and filter false positives, spread at random over its stores: a cache per store
-      only added up (and filled slowly, over millions of ids).
+      write buffer: sized from a full budget, a few stores under a small budget would be over it while empty,
+      and every write would flush all three families (files of a few dozen bytes).
+    - ``block_cache``: one cache for data blocks, not one per store. The worker reads data blocks only for
+      duplicates and filter false positives, spread at random over its stores: a cache per store would only
+      add up (and fill slowly, over millions of ids).
     """
 
     write_buffers: WriteBufferManager

@@ -8,7 +8,6 @@ a live store.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,11 +63,6 @@ def _parse(file: str, raw: str) -> LogLine:
         rest = rest.replace(original.group(0), "", 1).lstrip()
     rest = _SOURCE.sub("", rest, count=1)
     return LogLine(file, original.group(1) if original else stamp.group(1), rest)
-
-
-def iter_lines(store_dir: Path) -> Iterator[LogLine]:
-    for path in log_files(store_dir):
-        yield from read_lines(path)[0]
 
 
 def parse_count(text: str) -> int:

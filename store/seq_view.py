@@ -1,11 +1,11 @@
 """A scratch index of a store's ids in sequence order, built on demand.
 
-Since schema 2 the store keeps each id once, keyed by id: nothing on disk lists ids by sequence number (that
-second copy was 60% of the bytes). Operator jobs that walk the store in publication order (reconcile,
+The store keeps each id once, keyed by id: nothing on disk lists ids by sequence number (a second copy would
+more than double the bytes per id). Operator jobs that walk the store in publication order (reconcile,
 ``iter_by_seq``) get this view instead: one scan of the ``ids`` family writes ``>Q seq -> messageId`` into a
-throwaway RocksDB in a temporary directory, which then answers seeks and range reads as the old ``seq``
-family did. It costs about 1-2 s per million ids to build and lives until the store closes; the owning store
-keeps it current with its own ``record`` and ``forget_many``.
+throwaway RocksDB in a temporary directory, which then answers seeks and range reads. It is built once per
+open (its cost grows with the ids held) and lives until the store closes; the owning store keeps it current
+with its own ``record`` and ``forget_many``.
 """
 
 from __future__ import annotations

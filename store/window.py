@@ -7,22 +7,17 @@ docs/runbooks/effective-window-below-24h.md).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from store import clock
 from store.aging import AgingPolicy
 from store.dedup_store import DedupStore
 from store.footprint import dir_bytes, sst_bytes
 from store.selection import StoreRef
 
-DEFAULT_FLOOR_SECONDS = 24 * 3600.0
 HOUR_MS = 3_600_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ def effective_window_seconds(store: DedupStore, now_ms: int | None = None) -> fl
     oldest = oldest_live(store)
     if oldest is None:
         return None
-    return max(((now_ms if now_ms is not None else _now_ms()) - oldest[1]) / 1000, 0.0)
+    return max(((now_ms if now_ms is not None else clock.now_ms()) - oldest[1]) / 1000, 0.0)
 
 
 def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | None = None) -> WindowInfo:
@@ -90,7 +85,7 @@ def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | No
     if oldest is not None:
         newest_seq = state.next_seq - 1
         newest = (newest_seq, store.timestamps([newest_seq])[0])
-    now_ms = now_ms if now_ms is not None else _now_ms()
+    now_ms = now_ms if now_ms is not None else clock.now_ms()
     return WindowInfo(
         topic=ref.topic if ref else store.identity.topic,
         partition=ref.partition if ref else store.identity.partition,

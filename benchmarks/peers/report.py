@@ -69,7 +69,7 @@ def _validation_note(count: int) -> list[str]:
 
 
 def _targets(result: dict[str, Any]) -> list[str]:
-    """The issue's targets for dedupectl, checked against this run's figures."""
+    """dedupectl's targets, checked against this run's figures."""
     clean, crash = result["clean"], result.get("crash", {})
     ours = clean.get("dedupectl", {})
     if "messages_per_second" not in ours:

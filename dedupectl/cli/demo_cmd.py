@@ -6,10 +6,66 @@ import logging
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from dedupectl.cli.common import JsonOption, setup_logging
-from dedupectl.cli.output import console, err_console, print_json, print_table
+from dedupectl.cli.output import console, err_console, print_json
 from dedupectl.demo import run_demo
+
+# What each figure is called for people, grouped by where it was counted; --json keeps the field names.
+SECTIONS = (
+    (
+        "input",
+        (
+            ("messages_in", "events produced"),
+            ("distinct_valid_ids_in", "distinct valid ids"),
+            ("duplicates_in", "client retries (duplicates)"),
+            ("invalid_in", "unusable records"),
+        ),
+    ),
+    (
+        "worker",
+        (
+            ("published", "published"),
+            ("duplicates_dropped", "duplicates dropped"),
+            ("dead_letters", "sent to the dead-letter topic"),
+            ("messages_per_second", "messages per second"),
+        ),
+    ),
+    (
+        "output",
+        (
+            ("output_records", "records in the output topic"),
+            ("output_ids_published_twice", "ids published twice"),
+            ("valid_ids_missing_from_output", "valid ids missing"),
+            ("dead_letter_topic_records", "records in the dead-letter topic"),
+            ("exactly_once", "exactly once"),
+        ),
+    ),
+)
+
+
+def _readable(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def print_summary(figures: dict[str, object]) -> None:
+    """The demo's figures as a person reads them: labels, thousands separators, yes/no."""
+    table = Table(title="dedupectl demo", title_justify="left", show_header=False)
+    table.add_column("where", style="bold")
+    table.add_column("figure", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    for section, rows in SECTIONS:
+        for index, (key, label) in enumerate(rows):
+            table.add_row(section if index == 0 else "", label, _readable(figures[key]))
+        table.add_section()
+    console.print(table)
 
 
 def demo(
@@ -46,27 +102,11 @@ def demo(
             progress.update(task, completed=summary.consumed, visible=True)
 
         result = run_demo(count, duplicate_ratio=duplicates, invalid_ratio=invalid, step=step, on_progress=advance)
-    figures = {
-        "messages_in": result.sample.produced,
-        "distinct_valid_ids_in": result.sample.distinct_ids,
-        "duplicates_in": result.sample.duplicates,
-        "invalid_in": result.sample.invalid,
-        "published": result.run.published,
-        "duplicates_dropped": result.run.duplicates,
-        "dead_letters": result.run.dead_letters,
-        "output_records": result.output.records,
-        "output_ids_published_twice": result.output.duplicated_ids,
-        "valid_ids_missing_from_output": result.output.missing_ids,
-        "dead_letter_topic_records": result.dead_letters_in_topic,
-        "messages_per_second": round(result.run.consumed / result.run.busy_seconds, 1)
-        if result.run.busy_seconds
-        else 0.0,
-        "exactly_once": result.exactly_once,
-    }
+    figures = result.figures()
     if json_output:
         print_json(figures)
     else:
-        print_table("dedupectl demo", ["figure", "value"], figures.items())
+        print_summary(figures)
         verdict = "[green]exactly once[/]" if result.exactly_once else "[red]NOT exactly once[/]"
         console.print(f"Output check: {verdict}")
     if not result.exactly_once:

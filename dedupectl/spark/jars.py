@@ -39,7 +39,6 @@ CONNECTOR_ARTIFACT = "spark-sql-kafka-0-10"
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 # ``name-1.2.3[-classifier].jar``: the version is the first dash-separated part that looks like d.d
 _JAR_NAME = re.compile(r"^(?P<name>.+?)-(?P<version>\d+(?:\.\d+)+.*)\.jar$")
-MVN_TAIL_LINES = 15
 
 
 @dataclass(frozen=True)
