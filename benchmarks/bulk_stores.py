@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from store.bulk_load import LoadLayout, ingest, write_bucket_places
+from store.clock import now_ms
 from store.codec import StoreState
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -46,13 +47,13 @@ def bulk_load_store(
     with its id filter built and saved; returns the seconds it took."""
     started = time.monotonic()
     staging = path.with_name(f".{path.name}.staging")
-    now_ms = int(time.time() * 1000)
+    now = now_ms()
     buckets = []
     for bucket in range(-(-count // layout.bucket_ids)):
         size = min(layout.bucket_ids, count - bucket * layout.bucket_ids)
         ids = bucket_ids(seed, bucket, size)
         order = np.argsort(ids, kind="stable")  # an SST file takes its keys in order
-        stamps = now_ms - 3_600_000 + (bucket * layout.bucket_ids + order) * 3_600_000 // count
+        stamps = now - 3_600_000 + (bucket * layout.bucket_ids + order) * 3_600_000 // count
         buckets.append(write_bucket_places(staging, bucket, order, ids[order].view("V36"), stamps, count, layout))
         if on_bucket is not None:
             on_bucket(bucket * layout.bucket_ids + size)

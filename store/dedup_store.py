@@ -35,6 +35,7 @@ from dedupectl.errors import (
     StoreVersionError,
 )
 from store import id_filter as filters
+from store.clock import now_ms
 from store.codec import (
     CF_IDS,
     CF_META,
@@ -86,10 +87,6 @@ FILTER_FILE = "id-filter"  # the id filter, saved beside the database when the s
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
@@ -209,7 +206,7 @@ class DedupStore:
                 f"data directory {path.parent} is not writable", "fix its permissions or choose another --data-dir"
             )
         if not (path / "CURRENT").exists() and (not path.exists() or not any(path.iterdir())):
-            cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms()))
+            cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=now_ms()))
         else:
             cls._check_families(path)
         options, families = store_options(create=True, shared=shared)
@@ -220,7 +217,7 @@ class DedupStore:
         raw_identity, _ = _read_meta_values(db)
         if raw_identity is None:  # a directory that held something else first, or a store of an old build
             identity, state = _write_fresh_meta(
-                db, StoreIdentity(topic=topic, partition=partition, created_ms=_now_ms())
+                db, StoreIdentity(topic=topic, partition=partition, created_ms=now_ms())
             )
         else:
             identity, state = cls._read_meta(db, path)
