@@ -54,8 +54,12 @@ class Pipeline:
         )
 
     def run_worker(self, idle_s: float = 2.0) -> RunSummary:
-        """Run a worker in this process until the input has been idle for ``idle_s``."""
-        return Worker(self.worker_config()).run(threading.Event(), exit_on_idle_s=idle_s)
+        """Run a worker in this process until the input has been idle for ``idle_s``, and until what it
+        committed is readable (read_committed)."""
+        summary = Worker(self.worker_config()).run(threading.Event(), exit_on_idle_s=idle_s)
+        for partition in range(self.partitions):
+            self.wait_stable(partition)
+        return summary
 
     def produce_input(self, ids: Sequence[bytes], partition: int = 0) -> None:
         producer = Producer({"bootstrap.servers": self.kafka.bootstrap_servers, "linger.ms": 5})

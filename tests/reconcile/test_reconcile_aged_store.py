@@ -37,6 +37,8 @@ def test_ids_aged_out_are_not_missing(make_pipeline):
 def _run_aging_worker(pipeline, max_keys: int, batch: int = 250) -> None:
     config = replace(pipeline.worker_config(), max_keys=max_keys, batch_max_messages=batch)
     Worker(config).run(threading.Event(), exit_on_idle_s=2.0)
+    for partition in range(pipeline.partitions):  # the last commit's marker lands a moment after it returns
+        pipeline.wait_stable(partition)
 
 
 def test_late_retries_of_aged_ids_do_not_make_aged_ids_missing(make_pipeline):
