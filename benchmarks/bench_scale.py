@@ -212,6 +212,7 @@ def main() -> None:
     limit_heap_retention()
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-scale-", dir=args.scratch))
     shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)  # the worker's memtable budget and block cache
+    window = args.max_ids + 2 * AGING_BATCHES * args.batch * len(points(args.max_ids))  # aging adds ids
     curve = []
     started = time.perf_counter()
     try:
@@ -223,7 +224,7 @@ def main() -> None:
                 topic="bench",
                 partition=0,
                 shared=shared,
-                window_ids=args.max_ids + 2 * AGING_BATCHES * args.batch * len(points(args.max_ids)),
+                window_ids=window,
             ) as store,
             Progress(console=console, transient=True) as progress,
         ):
@@ -261,7 +262,8 @@ def main() -> None:
         "reference_ids": REFERENCE_IDS,
         "seconds": time.perf_counter() - started,
         "curve": curve,
-        "filter_bytes_per_window_id": curve[-1]["filter_bytes"] / args.max_ids,
+        "window_ids": window,
+        "filter_bytes_per_window_id": curve[-1]["filter_bytes"] / window,
         "bulk_loaded": bulk,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -309,7 +311,7 @@ def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, p
             load_seconds=load_seconds,
             open_seconds=open_seconds,
             memory_per_id=memory / count,
-            filter_bytes_per_id=store.filter_bytes / count,
+            filter_bytes_per_window_id=store.filter_bytes / window,
         )
     return figures
 

@@ -432,11 +432,13 @@ class DedupStore:
         )
 
     def _build_filter(self) -> IdFilter:
-        """A filter of every live id, read from the ``ids`` family, sized for the window (twice the ids held
-        when aging has no bound, so that a growing store builds one again only when it doubles)."""
+        """A filter of every live id, read from the ``ids`` family, sized for the window: the aging bound, or
+        twice the ids held without one, so that a growing store builds one again only when it doubles."""
         started = time.monotonic()
         state = self._state
-        window = max(self._window_ids or 0, 2 * state.live_ids, MIN_FILTER_WINDOW)
+        bound, live = self._window_ids, state.live_ids
+        # aging keeps the window to its bound; past it or without one, room to double before the next build
+        window = max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
         id_filter = IdFilter(math.ceil(window * FILTER_SLACK / (GROUPS - 1)))
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {self.path}: a new id filter cannot hold its window (a bug)")
