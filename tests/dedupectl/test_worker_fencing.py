@@ -9,17 +9,10 @@ import time
 
 import pytest
 from test_worker_crash import feed, output_end_offsets
+from waiting import wait_for
 
 from dedupectl.sample_events import SampleSpec, generate
 from dedupectl.verify import check_output
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.mark.slow

@@ -9,10 +9,9 @@ import logging
 import math
 import shutil
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
+from waiting import wait_for
 
 from dedupectl import worker as worker_module
 from dedupectl.metrics import WorkerMetrics
@@ -26,13 +25,6 @@ from store.layout import store_path
 def records(first: int, count: int) -> list[tuple[bytes, bytes]]:
     ids = [f"ajs-{n:032x}" for n in range(first, first + count)]
     return [(i.encode(), json.dumps({"messageId": i}).encode()) for i in ids]
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def test_an_empty_store_is_reported_and_every_window_exported_before_any_input(make_pipeline, caplog):

@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
+
+from waiting import wait_for
 
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker import Worker
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def test_scheduled_snapshots_published_and_failed_are_counted(make_pipeline, tmp_path):

@@ -8,9 +8,9 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 from reconcile_support import ids
+from waiting import wait_for
 
 from dedupectl.verify import count_ids
 
@@ -26,13 +26,6 @@ def spawn_worker(pipeline, worker_id: str = "w1") -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-
-
-def wait_for(condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_reconcile_beside_a_running_worker(make_pipeline):
