@@ -443,7 +443,7 @@ class DedupStore:
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {self.path}: a new id filter cannot hold its window (a bug)")
         added = 0
-        for keys, seqs in self._live_id_chunks():
+        for keys, seqs in self._id_chunks(state.first_live_seq, state.next_seq):
             if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
                 raise StoreError(f"store {self.path}: a new id filter found no room for its ids (a bug)")
             added += len(keys)
@@ -455,17 +455,17 @@ class DedupStore:
             )  # fmt: skip
         return id_filter
 
-    def _live_id_chunks(self) -> Iterator[tuple[list[bytes], list[int]]]:
-        """``(keys, seqs)`` of the live ids, a chunk at a time, in key order."""
+    def _id_chunks(self, low: int, high: int) -> Iterator[tuple[list[bytes], list[int]]]:
+        """``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time, in key order: one
+        scan of the ``ids`` family, which is keyed by id (the id filter and the sequence view are built so)."""
         read = ReadOptions()
         read.set_iterate_upper_bound(IDS_UPPER)  # the batch markers are not ids
         read.fill_cache(False)
-        cut = self._state.first_live_seq
         keys: list[bytes] = []
         seqs: list[int] = []
         for key, value in self._ids.items(from_key=IDS_LOWER, read_opt=read):
             seq = int.from_bytes(value, "big")
-            if seq >= cut:
+            if low <= seq < high:
                 keys.append(key)
                 seqs.append(seq)
                 if len(keys) >= _SCAN_CHUNK:
@@ -736,7 +736,8 @@ class DedupStore:
             if view is not None:
                 low = min(low, view.low)
                 view.close()
-            self._seq_view = view = SeqView(self._ids, low, self._state.next_seq)
+            high = self._state.next_seq
+            self._seq_view = view = SeqView(self._id_chunks(low, high), low, high)
         return view
 
     def compactions_running(self) -> int:

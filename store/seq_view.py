@@ -11,18 +11,18 @@ with its own ``record`` and ``forget_many``.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from store.codec import IDS_LOWER, IDS_UPPER, decode_id, encode_seq
-
-_BATCH = 100_000
+from store.codec import decode_id, encode_seq
 
 
 class SeqView:
     """``>Q seq -> messageId`` for the live ids of ``[low, high)`` at build time, plus what the owner adds."""
 
-    def __init__(self, ids_family: Rdict, low: int, high: int) -> None:
+    def __init__(self, chunks: Iterable[tuple[list[bytes], list[int]]], low: int, high: int) -> None:
+        """``chunks``: the store's ``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``."""
         self.low, self.high = low, high
         self._dir = tempfile.TemporaryDirectory(prefix="dedupectl-seqview-")
         options = Options(raw_mode=True)
@@ -31,22 +31,11 @@ class SeqView:
         self.db = Rdict(self._dir.name, options=options)
         self._write = WriteOptions()
         self._write.disable_wal = True  # scratch: nothing to recover after a crash
-        self._fill(ids_family)
-
-    def _fill(self, ids_family: Rdict) -> None:
-        read = ReadOptions()
-        read.set_iterate_upper_bound(IDS_UPPER)  # the last-sequence markers are not ids
-        read.fill_cache(False)
-        low, high = self.low, self.high
-        batch = WriteBatch(raw_mode=True)
-        for key, value in ids_family.items(from_key=IDS_LOWER, read_opt=read):
-            seq = int.from_bytes(value, "big")
-            if low <= seq < high:
+        for keys, seqs in chunks:
+            batch = WriteBatch(raw_mode=True)
+            for key, seq in zip(keys, seqs, strict=True):
                 batch.put(encode_seq(seq), decode_id(key))
-                if len(batch) >= _BATCH:
-                    self.db.write(batch, self._write)
-                    batch = WriteBatch(raw_mode=True)
-        self.db.write(batch, self._write)
+            self.db.write(batch, self._write)
 
     def add(self, first: int, ids: list[bytes]) -> None:
         batch = WriteBatch(raw_mode=True)
