@@ -45,7 +45,8 @@ from confluent_kafka import KafkaError, Producer, TopicPartition  # noqa: E402
 
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
-from dedupectl.kafka_clients import create_topics, make_consumer  # noqa: E402
+from dedupectl.kafka_clients import create_topics  # noqa: E402
+from reconcile.kafka import make_consumer  # noqa: E402
 from reconcile.runner import ReconcileRequest, run_reconcile  # noqa: E402
 from reconcile.scan import SCAN_CONSUMER_SETTINGS  # noqa: E402
 from store import clock  # noqa: E402

@@ -43,7 +43,7 @@ from confluent_kafka import Producer  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
-from reconcile.repair import catch_up  # noqa: E402
+from reconcile.recovery import catch_up  # noqa: E402
 from reconcile.scan import OutputReader  # noqa: E402
 from snapshots.backends import AwsOptions, LocalBackend, S3Backend  # noqa: E402
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint  # noqa: E402

@@ -55,7 +55,7 @@ from dedupectl.spark.audit import AuditRequest, run_audit  # noqa: E402
 from dedupectl.spark.rebuild import RebuildRequest, run_rebuild  # noqa: E402
 from dedupectl.spark.session import SparkSettings, preflight, spark_session  # noqa: E402
 from dedupectl.spark.sources import TopicSource  # noqa: E402
-from reconcile.repair import catch_up  # noqa: E402
+from reconcile.recovery import catch_up  # noqa: E402
 from reconcile.scan import OutputReader  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.layout import store_path  # noqa: E402

@@ -1,3 +1,5 @@
 """dedupectl: exactly-once deduplication for Kafka."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("dedupectl")  # pyproject.toml is the one source

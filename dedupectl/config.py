@@ -25,12 +25,13 @@ import re
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from dedupectl.errors import ConfigError
+from reconcile.kafka import KafkaConfig
+from store.errors import ConfigError
 from store.sizes import parse_duration
 
 ENV_PREFIX = "DEDUPECTL_"
@@ -58,29 +59,8 @@ KAFKA_KEYS_OWNED = frozenset(
         "session.timeout.ms",  # set from session_timeout_ms
     }
 )
-_SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|oauthbearer\.config|sasl\.jaas)", re.IGNORECASE)
-REDACTED = "***"
 
 VALUE_FORMATS = ("json", "raw")
-
-
-def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``settings`` with every secret-looking value replaced by ``***``."""
-    return {key: (REDACTED if _SECRET_KEY.search(key) else value) for key, value in settings.items()}
-
-
-@dataclass(frozen=True)
-class KafkaConfig:
-    bootstrap_servers: str
-    settings: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    timeout_s: float = 15.0
-
-    def client_settings(self) -> dict[str, Any]:
-        """Settings shared by every client: bootstrap plus the user's passthrough settings."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.settings}
-
-    def describe(self) -> dict[str, Any]:
-        return {"bootstrap_servers": self.bootstrap_servers, "settings": redact(self.settings)}
 
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
@@ -107,8 +87,10 @@ class WorkerConfig:
     metrics_host: str = "0.0.0.0"
     max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
     max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
-    memtable_budget_bytes: int = DEFAULT_MEMTABLE_BUDGET  # the memtables of all held partitions together
-    snapshot_every_s: float | None = None  # periodic snapshots of every held partition (None: on request only)
+    memtable_budget: int = DEFAULT_MEMTABLE_BUDGET  # bytes: the memtables of all held partitions together
+    snapshot_every: float | None = (
+        None  # seconds between periodic snapshots of every held partition (None: on request only)
+    )
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
 
@@ -183,24 +165,39 @@ def _parse(name: str, kind: type, raw: Any, source: str) -> Any:
 
 
 def _collect(config_file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> tuple[dict, dict]:
-    """Merge the three sources into (fields, kafka settings), checking every key."""
+    """Merge the three sources into (fields, kafka settings), checking every key; later sources win."""
     fields: dict[str, Any] = {}
     kafka: dict[str, str] = {}
     file_path = config_file or (Path(env["DEDUPECTL_CONFIG"]) if env.get("DEDUPECTL_CONFIG") else None)
     if file_path is not None:
-        raw = _load_file(file_path)
-        for key, value in raw.items():
-            if key == "kafka":
-                if not isinstance(value, dict):
-                    raise ConfigError(f"{file_path}: [kafka] must be a table of librdkafka settings")
-                kafka.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()})
-            elif key in _WORKER_FIELDS:
-                fields[key] = _parse(key, _WORKER_FIELDS[key], value, str(file_path))
-            else:
-                raise ConfigError(
-                    f"{file_path}: unknown config key {key!r}",
-                    f"known keys: {', '.join(sorted([*_WORKER_FIELDS, 'kafka']))}",
-                )
+        _from_file(file_path, fields, kafka)
+    _from_env(env, fields, kafka)
+    _from_flags(flags, fields, kafka)
+    owned = sorted(set(kafka) & KAFKA_KEYS_OWNED)
+    if owned:
+        raise ConfigError(
+            f"librdkafka setting(s) {', '.join(owned)} are set by dedupectl itself",
+            "remove them from [kafka] / DEDUPECTL_KAFKA_*; use bootstrap_servers, group_id, worker_id instead",
+        )
+    return fields, kafka
+
+
+def _from_file(file_path: Path, fields: dict[str, Any], kafka: dict[str, str]) -> None:
+    for key, value in _load_file(file_path).items():
+        if key == "kafka":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{file_path}: [kafka] must be a table of librdkafka settings")
+            kafka.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()})
+        elif key in _WORKER_FIELDS:
+            fields[key] = _parse(key, _WORKER_FIELDS[key], value, str(file_path))
+        else:
+            raise ConfigError(
+                f"{file_path}: unknown config key {key!r}",
+                f"known keys: {', '.join(sorted([*_WORKER_FIELDS, 'kafka']))}",
+            )
+
+
+def _from_env(env: Mapping[str, str], fields: dict[str, Any], kafka: dict[str, str]) -> None:
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in ENV_RESERVED:
             continue
@@ -211,6 +208,9 @@ def _collect(config_file: Path | None, env: Mapping[str, str], flags: Mapping[st
         if key not in _WORKER_FIELDS:
             raise ConfigError(f"unknown environment variable {name}", "unset it or fix its spelling")
         fields[key] = _parse(key, _WORKER_FIELDS[key], value, name)
+
+
+def _from_flags(flags: Mapping[str, Any], fields: dict[str, Any], kafka: dict[str, str]) -> None:
     for key, value in flags.items():
         if value is None:
             continue
@@ -220,13 +220,6 @@ def _collect(config_file: Path | None, env: Mapping[str, str], flags: Mapping[st
             fields[key] = _parse(key, _WORKER_FIELDS[key], value, f"--{key.replace('_', '-')}")
         else:  # a programming error in a command, not an operator one
             raise ConfigError(f"unknown option {key!r}")
-    owned = sorted(set(kafka) & KAFKA_KEYS_OWNED)
-    if owned:
-        raise ConfigError(
-            f"librdkafka setting(s) {', '.join(owned)} are set by dedupectl itself",
-            "remove them from [kafka] / DEDUPECTL_KAFKA_*; use bootstrap_servers, group_id, worker_id instead",
-        )
-    return fields, kafka
 
 
 def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
@@ -290,8 +283,8 @@ def resolve_worker_config(
         },
         max_keys=fields.get("max_keys"),
         max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
-        memtable_budget_bytes=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
-        snapshot_every_s=_duration(fields.get("snapshot_every")),
+        memtable_budget=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
+        snapshot_every=_duration(fields.get("snapshot_every")),
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
     )
@@ -327,14 +320,14 @@ def _validate(config: WorkerConfig) -> None:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
     if config.max_keys is not None and config.max_keys < 1:
         raise ConfigError(f"max_keys must be at least 1, got {config.max_keys}")
-    if config.memtable_budget_bytes < MIN_MEMTABLE_BUDGET:
+    if config.memtable_budget < MIN_MEMTABLE_BUDGET:
         raise ConfigError(
-            f"memtable_budget must be at least 4MiB, got {config.memtable_budget_bytes} bytes",
+            f"memtable_budget must be at least 4MiB, got {config.memtable_budget} bytes",
             "memtables smaller than that flush files of a few thousand ids",
         )
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
         raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
-    if config.snapshot_every_s is None and (config.snapshot_to is not None or config.snapshot_keep is not None):
+    if config.snapshot_every is None and (config.snapshot_to is not None or config.snapshot_keep is not None):
         given = " and ".join(name for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None)
         raise ConfigError(
             f"{given} applies to scheduled snapshots, which are off without snapshot_every",

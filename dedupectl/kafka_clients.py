@@ -1,46 +1,23 @@
-"""Kafka helpers: client construction, reachability and topic checks, topic creation.
-
-librdkafka's own log lines go to the ``dedupectl.librdkafka`` logger (shown with --log-level debug): an
-unreachable broker should read as one clear error, not a screen of connection retries.
+"""The Kafka clients of the worker and of the topic commands: exactly-once client settings, flushing on the
+way out, topic creation. Connecting, reachability and partition counts live in ``reconcile.kafka``.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import NewTopic
 
-from dedupectl.config import KafkaConfig
-from dedupectl.errors import BrokerError, ConfigError, TopicError
-
-librdkafka_log = logging.getLogger("dedupectl.librdkafka")
+from reconcile.errors import TopicError
+from reconcile.kafka import KafkaConfig, admin_client, cluster_metadata, librdkafka_log
 
 
-def _settings(kafka: KafkaConfig, extra: Mapping[str, Any]) -> dict[str, Any]:
-    return {**kafka.client_settings(), "logger": librdkafka_log, **extra}
-
-
-def build_client(kind: type, settings: Mapping[str, Any]) -> Any:
-    """Construct a Consumer, Producer or AdminClient; a setting librdkafka rejects is a ConfigError."""
-    try:
-        return kind(dict(settings))
-    except KafkaException as error:
-        detail = error.args[0].str() if error.args else str(error)
-        raise ConfigError(
-            f"invalid Kafka client setting: {detail}", "fix it in [kafka] / -X / DEDUPECTL_KAFKA_*"
-        ) from error
-
-
-def admin_client(kafka: KafkaConfig) -> AdminClient:
-    return build_client(AdminClient, _settings(kafka, {}))
-
-
-def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
-    return build_client(Consumer, _settings(kafka, extra))
+def exactly_once_settings(kafka: KafkaConfig, defaults: Mapping[str, Any], owned: Mapping[str, Any]) -> dict:
+    """A worker client's settings: defaults < the operator's passthrough settings < what exactly-once requires."""
+    return {**defaults, **kafka.client_settings(), "logger": librdkafka_log, **owned}
 
 
 def flush_at_exit(producer: Producer, timeout_s: float) -> int:
@@ -52,37 +29,6 @@ def flush_at_exit(producer: Producer, timeout_s: float) -> int:
     except KafkaException as error:
         librdkafka_log.warning("flush at exit: %s", error.args[0].str() if error.args else error)
         return len(producer)
-
-
-def unreachable(kafka: KafkaConfig, detail: str) -> BrokerError:
-    return BrokerError(
-        f"cannot reach Kafka at {kafka.bootstrap_servers} within {kafka.timeout_s:g}s ({detail})",
-        "check bootstrap_servers, the network and the broker (`dedupectl dev broker status` for the local one)",
-    )
-
-
-def cluster_metadata(kafka: KafkaConfig, admin: AdminClient | None = None) -> ClusterMetadata:
-    """Metadata for all topics, or a BrokerError within ``kafka.timeout_s``."""
-    admin = admin or admin_client(kafka)
-    try:
-        return admin.list_topics(timeout=kafka.timeout_s)
-    except KafkaException as error:
-        raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
-
-
-def partition_counts(kafka: KafkaConfig, topics: Sequence[str], admin: AdminClient | None = None) -> dict[str, int]:
-    """Partition count of each topic; a TopicError names the first one missing."""
-    metadata = cluster_metadata(kafka, admin)
-    counts = {}
-    for topic in topics:
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise TopicError(
-                f"topic {topic!r} does not exist on {kafka.bootstrap_servers}",
-                "create it (`dedupectl topics create`) or fix the topic name",
-            )
-        counts[topic] = len(found.partitions)
-    return counts
 
 
 @dataclass(frozen=True)

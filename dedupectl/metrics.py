@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import resource
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -81,3 +82,15 @@ class WorkerMetrics:
         """Serve /metrics; returns the bound port (useful with port 0)."""
         server, _ = start_http_server(port, addr=host, registry=self.registry)
         return server.server_port
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak resident set size: VmHWM (ru_maxrss would carry a parent's peak across exec)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 
 from dedupectl.config import KafkaConfig
-from dedupectl.kafka_clients import librdkafka_log
+from reconcile.kafka import librdkafka_log
 
 _EVENTS = ("Order Completed", "Product Viewed", "Checkout Started", "Signed Up", "Page Viewed")
 _TEMPLATE = (

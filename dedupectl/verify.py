@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dedupectl.config import KafkaConfig
-from dedupectl.kafka_clients import partition_counts
+from reconcile.kafka import partition_counts
 from reconcile.scan import scan_output
 
 

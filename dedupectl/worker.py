@@ -13,13 +13,10 @@ A crash anywhere therefore costs at most a re-read; it never publishes an id twi
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import resource
 import signal
-import socket
 import threading
 import time
 from collections import defaultdict
@@ -34,10 +31,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, TopicError
-from dedupectl.kafka_clients import build_client, flush_at_exit, librdkafka_log, partition_counts
+from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
-from reconcile.repair import catch_up
+from reconcile.kafka import build_client, partition_counts
+from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store import clock
@@ -48,6 +46,7 @@ from store.layout import store_path
 from store.memory import limit_heap_retention, release_free_memory
 from store.options import shared_memory
 from store.window import effective_window_seconds
+from store.worker_status import remove_status, status_path, write_status
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +119,6 @@ class _CrashPoint:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _client_settings(config: WorkerConfig, defaults: dict, owned: dict) -> dict:
-    # defaults < the operator's passthrough settings < what exactly-once requires
-    return {**defaults, **config.kafka.client_settings(), "logger": librdkafka_log, **owned}
-
-
 class Worker:
     def __init__(self, config: WorkerConfig, metrics: WorkerMetrics | None = None) -> None:
         self.config = config
@@ -133,24 +127,24 @@ class Worker:
         self._partitions: dict[int, _Partition] = {}
         self._dead_letter_partitions = 0
         self._crashpoint = _CrashPoint(os.environ.get("DEDUPECTL_CRASHPOINT"))
-        self._status_path = Path(config.data_dir) / f"worker-{config.worker_id}.json"
+        self._status_path = status_path(config.data_dir, config.worker_id)
         self._consumer = None
         self._producer = None
         self._idle_since: float | None = None
         self._closing = False
         self._reader: OutputReader | None = None
         self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
-        self._shared_memory = shared_memory(config.memtable_budget_bytes)  # for every held store
+        self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
             config.input_topic,
-            ScheduleConfig(every_s=config.snapshot_every_s, destination=config.snapshot_to, keep=config.snapshot_keep),
+            ScheduleConfig(every_s=config.snapshot_every, destination=config.snapshot_to, keep=config.snapshot_keep),
             on_failure=lambda step: self.metrics.snapshot_failures.labels(step).inc(),
             on_published=self.metrics.snapshots_published.inc,
         )
-        if config.snapshot_every_s is not None:
+        if config.snapshot_every is not None:
             self.metrics.export_snapshot_failures(FAILURE_STEPS)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -174,10 +168,56 @@ class Worker:
             config.dead_letter_topic,
             config.data_dir,
         )
+        self._producer = self._start_producer()
+        self._consumer = consumer = self._start_consumer()
+        # connect the output reader now, while the group assigns partitions: the first recovery then costs a
+        # fetch, not a fetch plus connection and metadata set-up
+        self._reader = OutputReader(config.kafka)
+        consumer.subscribe(
+            [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        self._write_status()
+        limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
+        try:
+            self._loop(stop, exit_on_idle_s, on_progress)
+        except KafkaException as error:  # outside a transaction: nothing in hand was committed or recorded
+            raise BrokerError(
+                f"Kafka error: {error.args[0].str() if error.args else error}",
+                "restart the worker: recovery makes its stores agree with the output topic",
+            ) from error
+        finally:
+            self._shutdown()
+        return self.summary
+
+    def _loop(
+        self, stop: threading.Event, exit_on_idle_s: float | None, on_progress: Callable[[RunSummary], None] | None
+    ) -> None:
+        started = last_report = last_release = last_maintenance = time.monotonic()
+        while not stop.is_set():
+            batch = self._collect(self._consumer)
+            now = time.monotonic()
+            if batch:
+                self._process(batch)
+                self._idle_since = now
+            elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
+                break
+            if now - last_maintenance >= MAINTENANCE_S:
+                self._maintain()
+                last_maintenance = now
+            self._snapshots.maybe_run({number: owned.store for number, owned in self._partitions.items()})
+            if now - last_release >= MEMORY_RELEASE_S:
+                release_free_memory()  # a few ms, once a minute
+                last_release = now
+            if on_progress is not None and now - last_report >= 1.0:
+                on_progress(self.summary)
+                last_report = now
+
+    def _start_producer(self) -> Producer:
+        config = self.config
         producer = build_client(
             Producer,
-            _client_settings(
-                config,
+            exactly_once_settings(
+                config.kafka,
                 defaults={"linger.ms": 5, "batch.num.messages": 10_000, "queue.buffering.max.messages": 1_000_000},
                 owned={
                     "transactional.id": config.transactional_id,
@@ -194,10 +234,14 @@ class Worker:
                 f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
                 "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
             ) from error
-        consumer = build_client(
+        return producer
+
+    def _start_consumer(self) -> Consumer:
+        config = self.config
+        return build_client(
             Consumer,
-            _client_settings(
-                config,
+            exactly_once_settings(
+                config.kafka,
                 defaults={"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024},
                 owned={
                     "group.id": config.group_id,
@@ -210,43 +254,6 @@ class Worker:
                 },
             ),
         )
-        self._producer, self._consumer = producer, consumer
-        # connect the output reader now, while the group assigns partitions: the first recovery then costs a
-        # fetch, not a fetch plus connection and metadata set-up
-        self._reader = OutputReader(config.kafka)
-        consumer.subscribe(
-            [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
-        self._write_status()
-        started = last_report = last_release = last_maintenance = time.monotonic()
-        limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
-        try:
-            while not stop.is_set():
-                batch = self._collect(consumer)
-                now = time.monotonic()
-                if batch:
-                    self._process(batch)
-                    self._idle_since = now
-                elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
-                    break
-                if now - last_maintenance >= MAINTENANCE_S:
-                    self._maintain()
-                    last_maintenance = now
-                self._snapshots.maybe_run({number: owned.store for number, owned in self._partitions.items()})
-                if now - last_release >= MEMORY_RELEASE_S:
-                    release_free_memory()  # a few ms, once a minute
-                    last_release = now
-                if on_progress is not None and now - last_report >= 1.0:
-                    on_progress(self.summary)
-                    last_report = now
-        except KafkaException as error:  # outside a transaction: nothing in hand was committed or recorded
-            raise BrokerError(
-                f"Kafka error: {error.args[0].str() if error.args else error}",
-                "restart the worker: recovery makes its stores agree with the output topic",
-            ) from error
-        finally:
-            self._shutdown()
-        return self.summary
 
     def _idle_for(self, now: float, started: float) -> float:
         """Seconds without input since the last batch or assignment; before any assignment the clock only
@@ -293,7 +300,7 @@ class Worker:
         if self._producer is not None:
             flush_at_exit(self._producer, self.config.kafka.timeout_s)
         self._offsets_sender.shutdown()
-        self._remove_status()
+        remove_status(self._status_path)
 
     # -- assignment ----------------------------------------------------------------------------------
 
@@ -330,31 +337,11 @@ class Worker:
         self._write_status()
 
     def _write_status(self) -> None:
-        """The status file says which process serves which partitions (reattach and snapshot read it)."""
-        status = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "worker_id": self.config.worker_id,
-            "group_id": self.config.group_id,
-            "input_topic": self.config.input_topic,
-            "output_topic": self.config.output_topic,
-            "partitions": sorted(self._partitions),
-            "updated_at": time.time(),
-        }
-        temporary = self._status_path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(status, indent=2))
-        temporary.replace(self._status_path)
+        config = self.config
+        fields = {"worker_id": config.worker_id, "group_id": config.group_id, "input_topic": config.input_topic}
+        fields |= {"output_topic": config.output_topic, "partitions": sorted(self._partitions)}
+        write_status(self._status_path, fields)
         self.summary.partitions = sorted(self._partitions)
-
-    def _remove_status(self) -> None:
-        """Delete the status file only if it is ours: a misconfigured twin must not erase a live worker's."""
-        try:
-            if json.loads(self._status_path.read_text()).get("pid") == os.getpid():
-                self._status_path.unlink()
-        except (OSError, ValueError):
-            pass
-
-    # -- the batch loop ------------------------------------------------------------------------------
 
     def _collect(self, consumer) -> list[Message]:
         """Up to batch_max_messages / batch_max_bytes, waiting at most batch_max_ms."""
@@ -709,15 +696,3 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     return stop
-
-
-def peak_rss_bytes() -> int:
-    """This process's own peak resident set size: VmHWM (ru_maxrss would carry a parent's peak across exec)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

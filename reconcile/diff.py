@@ -1,7 +1,7 @@
 """One partition's store against a range of its output, and (with ``apply``) the store made to agree.
 
 This is the only comparison in the product: the worker's recovery is this over the tail with ``apply``
-(``reconcile.repair.catch_up``), ``dedupectl reconcile`` is this over an operator's range.
+(``reconcile.recovery.catch_up``), ``dedupectl reconcile`` is this over an operator's range.
 
 How it stays fast and bounded over tens of millions of records:
 
@@ -43,6 +43,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from itertools import islice
 
+from reconcile.errors import Interrupted
 from reconcile.lookup import GROUP_RECORDS, GroupLookup, Lookup, Prefetcher, look_up
 from reconcile.report import (
     Coverage,
@@ -58,6 +59,7 @@ from reconcile.scan import OutputBatch, OutputReader
 from reconcile.scratch import ScratchIds
 from reconcile.seqset import SeqBitmap
 from store.dedup_store import DedupStore
+from store.errors import StoreCorruptError
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +81,6 @@ class ScanRange:
     start: int
     stop: int | None
     low: int = 0
-
-
-class Interrupted(Exception):
-    """Raised inside a partition's comparison when its cancel event is set; the store stays consistent
-    (every batch is one atomic write)."""
 
 
 def reconcile_partition(
@@ -190,7 +187,7 @@ def _scan(
         )
         for batch in batches:
             if cancel is not None and cancel.is_set():
-                raise Interrupted
+                raise Interrupted("interrupted")
             group.append(batch)
             records += len(batch.ids)
             if records >= GROUP_RECORDS:
@@ -319,7 +316,10 @@ class _Comparison:
         if self.apply and (new_ids or advance_to is not None):
             state = self.store.record(new_ids, new_timestamps, output_offset=advance_to, output_offsets=new_offsets)
             if state.next_seq != self.next_new:  # only this process writes: the lock says so
-                raise RuntimeError(f"store sequence moved to {state.next_seq}, expected {self.next_new}")
+                raise StoreCorruptError(
+                    f"store {self.store.path} moved to sequence {state.next_seq} under reconcile, not {self.next_new}",
+                    "another process wrote the store despite its lock: stop it, then run reconcile again",
+                )
         elif new_ids:
             self.scratch.put_many(new_ids, range(self.next_new - len(new_ids), self.next_new))
 
@@ -337,6 +337,46 @@ class _Comparison:
             still = [i for i in absent if seqs[i] is None]
             for i, seq in zip(still, self.unplaced.lookup_many([ids[i] for i in still]), strict=True):
                 seqs[i] = seq
+
+    def _seen_again(self, message_id: bytes, seq: int, batch: OutputBatch, i: int) -> None:
+        if seq < self.limit:
+            self._widen(seq, seq)
+        if self.seen.add(seq):
+            self._duplicate(message_id, seq, batch, i)
+
+    def _unseen(
+        self,
+        message_id: bytes,
+        batch: OutputBatch,
+        i: int,
+        unplaced: list[tuple[bytes, int]],
+        new: tuple[list[bytes], list[int], list[int]],
+    ) -> int | None:
+        """An id neither the store nor this batch holds: the number it takes (a new one after the tail, or an
+        unplaced one inside the recorded stretch), or None when it needs none (unkeyed, older than the window)."""
+        offset = batch.offset(i)
+        if not message_id:
+            self.unkeyed += 1
+            return None
+        if self._older_than_window(offset):
+            self.older_than_window += 1
+            return None
+        if offset < self.tail_from:  # inside the recorded stretch, and no batch recorded it: no place for it
+            seq = self.next_unplaced
+            self.next_unplaced += 1
+            unplaced.append((message_id, seq))
+            self.unplaceable += 1
+        else:
+            seq = self.next_new
+            self.next_new += 1
+            new_ids, new_timestamps, new_offsets = new
+            new_ids.append(message_id)
+            new_timestamps.append(batch.timestamp_ms(i))
+            new_offsets.append(offset)
+            self.tail_from = offset + 1
+        self.seen.add(seq)
+        self._count_missing(message_id, batch, i)
+        return seq
 
     def _compare_each(
         self,
@@ -366,35 +406,11 @@ class _Comparison:
                 self._count_missing(message_id, batch, i)
                 self.placed += 1
             if seq is not None:
-                if seq < self.limit:
-                    self._widen(seq, seq)
-                if self.seen.add(seq):
-                    self._duplicate(message_id, seq, batch, i)
+                self._seen_again(message_id, seq, batch, i)
                 continue
-            if not message_id:
-                self.unkeyed += 1
-                continue
-            if self._older_than_window(offset):
-                self.older_than_window += 1
-                continue
-            if offset < self.tail_from:  # inside the recorded stretch, and no batch recorded it: no place for it
-                seq = self.next_unplaced
-                self.next_unplaced += 1
+            seq = self._unseen(message_id, batch, i, unplaced, (new_ids, new_timestamps, new_offsets))
+            if seq is not None:
                 found_now[message_id] = seq
-                self.seen.add(seq)
-                unplaced.append((message_id, seq))
-                self.unplaceable += 1
-                self._count_missing(message_id, batch, i)
-                continue
-            seq = self.next_new
-            self.next_new += 1
-            found_now[message_id] = seq
-            self.seen.add(seq)
-            new_ids.append(message_id)
-            new_timestamps.append(batch.timestamp_ms(i))
-            new_offsets.append(offset)
-            self.tail_from = offset + 1
-            self._count_missing(message_id, batch, i)
         if unplaced:
             self.unplaced.put_many(*zip(*unplaced, strict=True))
 

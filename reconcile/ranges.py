@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dedupectl.errors import RangeError
+from reconcile.errors import RangeError
 from reconcile.scan import OutputReader
 from store import clock
 

@@ -12,7 +12,6 @@ offset the scan stops at.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -22,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dedupectl.config import KafkaConfig
-from dedupectl.errors import RangeError, StoreCorruptError, StoreLockedError, StoreNotFoundError, TopicError
-from dedupectl.kafka_clients import partition_counts
-from reconcile.diff import Interrupted, ScanRange, reconcile_partition
+from reconcile.diff import ScanRange, reconcile_partition
+from reconcile.errors import Interrupted, RangeError, TopicError
+from reconcile.kafka import KafkaConfig, partition_counts
 from reconcile.ranges import Bound, OffsetRange, check_order, resolve_range
 from reconcile.report import PartitionReport, ReconcileReport
 from reconcile.scan import OutputReader
 from store.dedup_store import DedupStore
+from store.errors import StoreCorruptError, StoreLockedError, StoreNotFoundError
 from store.layout import list_store_dirs, store_path
+from store.worker_status import WorkerStatus, describe, read_statuses
 
 log = logging.getLogger(__name__)
 
@@ -129,23 +129,14 @@ def _open_store(request: ReconcileRequest, partition: int) -> DedupStore:
     return store
 
 
-def _worker_status(request: ReconcileRequest, partition: int) -> dict | None:
-    """The status file of the worker serving a partition from this data dir, if one is running."""
-    for status_file in sorted(Path(request.data_dir).glob("worker-*.json")):
-        try:
-            status = json.loads(status_file.read_text())
-        except (OSError, ValueError):
-            continue
-        if status.get("input_topic") == request.input_topic and partition in status.get("partitions", []):
-            return status
-    return None
+def _serving(request: ReconcileRequest, partition: int) -> WorkerStatus | None:
+    """The status of the worker serving a partition from this data dir, if one left its file."""
+    return next((s for s in read_statuses(request.data_dir) if s.serves(request.input_topic, partition)), None)
 
 
 def _holder(request: ReconcileRequest, partition: int) -> str:
-    status = _worker_status(request, partition)
-    if status is None:
-        return "another process (a running worker?)"
-    return f"worker {status.get('worker_id')} (pid {status.get('pid')} on {status.get('host')})"
+    status = _serving(request, partition)
+    return "another process (a running worker?)" if status is None else describe(status)
 
 
 def _resolve_ranges(request: ReconcileRequest, partitions: list[int]) -> dict[int, OffsetRange]:
@@ -198,7 +189,7 @@ def _compare_all(
                 cancel=cancel,
                 sample_size=request.sample_size,
                 # a worker leaves its status file while it runs (or after a crash: then a re-check costs <1 s)
-                writer_may_run=_worker_status(request, partition) is not None,
+                writer_may_run=_serving(request, partition) is not None,
             )
         if progress is not None:
             progress.finished(partition, report)

@@ -21,9 +21,8 @@ from operator import itemgetter
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from dedupectl.config import KafkaConfig
-from dedupectl.errors import BrokerError
-from dedupectl.kafka_clients import make_consumer, unreachable
+from reconcile.errors import BrokerError
+from reconcile.kafka import KafkaConfig, make_consumer, unreachable
 
 log = logging.getLogger(__name__)
 

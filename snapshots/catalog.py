@@ -6,11 +6,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from dedupectl.errors import ConfigError, SnapshotCorruptError
 from snapshots.backends import AwsOptions, Backend, SnapshotInfo, VerifyReport, open_backend
+from snapshots.errors import SnapshotCorruptError
 from snapshots.ids import parse_snapshot_id
 from snapshots.progress import NO_PROGRESS, TransferProgress
 from store import clock
+from store.errors import ConfigError
 
 
 def _filter(infos: list[SnapshotInfo], topic: str | None, partition: int | None) -> list[SnapshotInfo]:

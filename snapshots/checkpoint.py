@@ -15,9 +15,10 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dedupectl.errors import SnapshotError, StoreError
+from snapshots.errors import SnapshotError
 from store import clock
 from store.dedup_store import DedupStore
+from store.errors import StoreError
 
 log = logging.getLogger(__name__)
 

@@ -12,17 +12,17 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dedupectl import __version__
-from dedupectl.errors import ConfigError, SnapshotError, StoreLockedError, StoreNotFoundError
 from snapshots.backends import AwsOptions, Backend, EbsBackend, LocalBackend, SnapshotInfo, open_backend
 from snapshots.checkpoint import CheckpointFacts, checkpoint_idle_store
+from snapshots.errors import SnapshotError
 from snapshots.ids import new_snapshot_id
-from snapshots.manifest import STORE_DIR, Manifest, describe_files, directory_bytes
+from snapshots.manifest import STORE_DIR, TOOL_VERSION, Manifest, describe_files, directory_bytes
 from snapshots.progress import NO_PROGRESS, TransferProgress
 from snapshots.requests import remove_if_empty, remove_staging, request_checkpoint, staging_dir
-from snapshots.workers import describe, live_worker_for
 from store import clock
+from store.errors import ConfigError, StoreLockedError, StoreNotFoundError
 from store.layout import list_store_dirs
+from store.worker_status import describe, live_worker_for
 
 SELF = "this process (store idle)"
 
@@ -57,7 +57,7 @@ def build_manifest(
         oldest_id_timestamp_ms=oldest,
         effective_window_s=None if oldest is None else max(facts.checkpointed_ms - oldest, 0) / 1000,
         schema_version=facts.schema_version,
-        tool_version=__version__,
+        tool_version=TOOL_VERSION,
         created_ms=facts.checkpointed_ms,
         files=files,
     )

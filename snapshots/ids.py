@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dedupectl.errors import SnapshotNotFoundError
+from snapshots.errors import SnapshotNotFoundError
 
 _TIME_FORMAT = "%Y%m%dT%H%M%S"
 _ID = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)-(?P<stamp>\d{8}T\d{6})\.(?P<millis>\d{3})Z$")

@@ -13,10 +13,14 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 
-from dedupectl.errors import SnapshotCorruptError
+from snapshots.errors import SnapshotCorruptError
 from snapshots.ids import is_snapshot_id, parse_snapshot_id
+
+# the installed package's version (pyproject.toml is its one source), recorded with every snapshot
+TOOL_VERSION = version("dedupectl")
 
 MANIFEST_NAME = "manifest.json"
 STORE_DIR = "store"  # the checkpoint's files live under <snapshot>/store/

@@ -20,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dedupectl.errors import DedupeError, ReattachError
 from snapshots.backends.aws import AwsOptions, aws_errors
 from snapshots.backends.ebs import (
     TAG_PARTITION,
@@ -31,10 +30,13 @@ from snapshots.backends.ebs import (
     tags_of,
     wait_for,
 )
+from snapshots.errors import ReattachError
+from snapshots.stop_worker import stop_worker
 from snapshots.volumes import mount_of, placement
-from snapshots.workers import describe, is_live, read_statuses, stop_worker
 from store.dedup_store import DedupStore
+from store.errors import DedupeError
 from store.layout import store_path
+from store.worker_status import describe, is_live, read_statuses
 
 LIVE_ATTACHMENT = ("attaching", "attached")
 
@@ -239,8 +241,42 @@ def reattach_volume(
     started = time.perf_counter()
     steps = _Steps(on_step)
     ec2 = (aws or AwsOptions()).client("ec2")
-    volume_id, target = request.volume_id, request.to_instance
+    volume, topic, source = _check_volume(ec2, request, steps)
+    zone = volume["AvailabilityZone"]
+    _check_target(ec2, request, zone, steps)
+    if request.data_dir is not None and topic is not None:
+        with steps.run("check store") as detail:
+            detail.append(_check_store(request.data_dir, topic, request.partition))
+    else:
+        steps.note("check store", "not reachable from here (no --data-dir or no topic): tags checked only", "skipped")
+    if request.data_dir is not None:
+        with steps.run("check device") as detail:
+            detail.append(_check_device(request, volume))
+    _check_worker(request, topic, steps)
+    _check_mount(request, steps)
 
+    if request.dry_run:
+        _plan_move(request, source, steps)
+    else:
+        _move(ec2, request, source, steps)
+        _check_attached(ec2, request, steps)
+    return ReattachResult(
+        volume_id=request.volume_id,
+        topic=topic,
+        partition=request.partition,
+        from_instance=source,
+        to_instance=request.to_instance,
+        availability_zone=zone,
+        device=request.device,
+        dry_run=request.dry_run,
+        steps=tuple(steps.steps),
+        total_seconds=time.perf_counter() - started,
+    )
+
+
+def _check_volume(ec2, request: ReattachRequest, steps: _Steps) -> tuple[dict, str | None, str | None]:
+    """The volume, its topic (from its tags) and the instance it is attached to."""
+    volume_id, target = request.volume_id, request.to_instance
     with steps.run("check volume") as detail:
         volume = describe_volume(ec2, volume_id)
         topic = _check_tags(volume, request)
@@ -252,7 +288,11 @@ def reattach_volume(
             f"tagged for partition {request.partition}{f' of {topic}' if topic else ''}, {volume['State']} "
             f"in {zone}, attached to {source or 'nothing'}"
         )
+    return volume, topic, source
 
+
+def _check_target(ec2, request: ReattachRequest, zone: str, steps: _Steps) -> None:
+    volume_id, target = request.volume_id, request.to_instance
     with steps.run("check target instance") as detail:
         instance = _instance(ec2, target)
         target_zone = instance.get("Placement", {}).get("AvailabilityZone")
@@ -270,47 +310,25 @@ def reattach_volume(
             raise ReattachError(f"device {request.device} is already used on {target}", "pass another --device")
         detail.append(f"{state} in {target_zone}, {request.device} free")
 
-    if request.data_dir is not None and topic is not None:
-        with steps.run("check store") as detail:
-            detail.append(_check_store(request.data_dir, topic, request.partition))
-    else:
-        steps.note("check store", "not reachable from here (no --data-dir or no topic): tags checked only", "skipped")
 
-    if request.data_dir is not None:
-        with steps.run("check device") as detail:
-            detail.append(_check_device(request, volume))
+def _plan_move(request: ReattachRequest, source: str | None, steps: _Steps) -> None:
+    volume_id, target = request.volume_id, request.to_instance
+    if source is not None:
+        steps.note("detach", f"detach {volume_id} from {source}", "planned")
+        steps.note("wait detached", f"until {volume_id} is available", "planned")
+    steps.note("attach", f"attach {volume_id} to {target} as {request.device}", "planned")
+    steps.note("wait attached", f"until {volume_id} is attached to {target}", "planned")
+    steps.note("check attached", f"attachment and {TAG_PARTITION} tag seen from {target}", "planned")
 
-    _check_worker(request, topic, steps)
-    _check_mount(request, steps)
 
-    if request.dry_run:
-        if source is not None:
-            steps.note("detach", f"detach {volume_id} from {source}", "planned")
-            steps.note("wait detached", f"until {volume_id} is available", "planned")
-        steps.note("attach", f"attach {volume_id} to {target} as {request.device}", "planned")
-        steps.note("wait attached", f"until {volume_id} is attached to {target}", "planned")
-        steps.note("check attached", f"attachment and {TAG_PARTITION} tag seen from {target}", "planned")
-    else:
-        _move(ec2, request, source, steps)
-        with steps.run("check attached") as detail:
-            volume = describe_volume(ec2, volume_id)
-            _check_tags(volume, request)
-            if _attachment(volume) != target:
-                raise ReattachError(f"volume {volume_id} is not attached to {target} after attaching")
-            detail.append(f"{volume_id} attached to {target}, still tagged for partition {request.partition}")
-
-    return ReattachResult(
-        volume_id=volume_id,
-        topic=topic,
-        partition=request.partition,
-        from_instance=source,
-        to_instance=target,
-        availability_zone=zone,
-        device=request.device,
-        dry_run=request.dry_run,
-        steps=tuple(steps.steps),
-        total_seconds=time.perf_counter() - started,
-    )
+def _check_attached(ec2, request: ReattachRequest, steps: _Steps) -> None:
+    volume_id, target = request.volume_id, request.to_instance
+    with steps.run("check attached") as detail:
+        volume = describe_volume(ec2, volume_id)
+        _check_tags(volume, request)
+        if _attachment(volume) != target:
+            raise ReattachError(f"volume {volume_id} is not attached to {target} after attaching")
+        detail.append(f"{volume_id} attached to {target}, still tagged for partition {request.partition}")
 
 
 def _move(ec2, request: ReattachRequest, source: str | None, steps: _Steps) -> None:

@@ -23,9 +23,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from dedupectl.errors import DedupeError, SnapshotError
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
+from snapshots.errors import SnapshotError
 from store.dedup_store import DedupStore
+from store.errors import DedupeError
 
 log = logging.getLogger(__name__)
 

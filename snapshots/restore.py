@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dedupectl.errors import DataDirError, SnapshotCorruptError, SnapshotError, StoreError, StoreLockedError
 from snapshots.backends import AwsOptions, EbsBackend, open_backend
+from snapshots.errors import SnapshotCorruptError, SnapshotError
 from snapshots.ids import parse_snapshot_id
 from snapshots.progress import NO_PROGRESS, TransferProgress
-from snapshots.workers import describe, live_worker_for
 from store.dedup_store import DedupStore
+from store.errors import DataDirError, StoreError, StoreLockedError
 from store.layout import store_path
+from store.worker_status import describe, live_worker_for
 
 
 @dataclass(frozen=True)

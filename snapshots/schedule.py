@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dedupectl.errors import ConfigError, DedupeError, SnapshotError
 from snapshots.checkpoint import CheckpointFacts, take_checkpoint
+from snapshots.errors import SnapshotError
 from snapshots.ids import new_snapshot_id
 from snapshots.manifest import STORE_DIR
 from snapshots.progress import NO_PROGRESS
 from snapshots.requests import STAGING_DIR, remove_if_empty, remove_staging, serve_requests, staging_dir
 from store import clock
 from store.dedup_store import DedupStore
+from store.errors import ConfigError, DedupeError
 
 if TYPE_CHECKING:
     from snapshots.backends import AwsOptions

@@ -24,9 +24,9 @@ from weakref import WeakKeyDictionary
 
 from rocksdict import WriteBatch
 
-from dedupectl.errors import ConfigError
 from store.codec import CF_IDS, CF_TIMES, NO_KEYS, StoreState, decode_seq, encode_seq
 from store.dedup_store import DedupStore
+from store.errors import ConfigError
 from store.footprint import SstFile, ids_files, sst_bytes
 from store.options import IDS_MUTABLE_OPTIONS
 

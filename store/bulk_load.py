@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 from rocksdict import IngestExternalFileOptions, SstFileWriter
 
-from dedupectl.errors import StoreCorruptError
 from store.codec import (
     CF_IDS,
     CF_TIMES,
@@ -48,6 +47,7 @@ from store.codec import (
     seq_width,
 )
 from store.dedup_store import DedupStore
+from store.errors import StoreCorruptError
 from store.options import store_options
 
 # A bulk load is the critical path of restoring capacity: its files use zstd's fastest level, not the ids
@@ -126,61 +126,75 @@ def write_bucket_places(
         raise ValueError(f"bucket {bucket} is past the last of {total_ids} ids")
     if not len(places) == len(ids) == len(timestamps_ms) == count:
         raise StoreCorruptError(f"bucket {bucket} got {len(ids)} ids for {count} sequence numbers")
-    places = np.asarray(places, dtype=np.int64)
-    stamps_by_row = np.asarray(timestamps_ms, dtype=np.int64)
     span = f"{first_seq}..{first_seq + count - 1}"
+    places = np.asarray(places, dtype=np.int64)
     if places.min() < 0 or places.max() >= count:
         raise StoreCorruptError(f"bucket {bucket} got sequence numbers outside {span}")
-
-    # An SST file takes its keys in ascending byte order. Rows sorted by id (Spark sorts bytes as RocksDB
-    # does) give sorted keys when the bucket holds one shape of id; else sort here (sorted runs cost little).
-    if isinstance(ids, np.ndarray):  # ids of one length, end to end (dtype V<length>): no object per id
-        keys, end_to_end = encode_fixed_ids_end_to_end(np.ascontiguousarray(ids).tobytes(), ids.dtype.itemsize)
-    else:
-        keys, end_to_end = encode_ids(ids), None
-    if not all(map(operator.lt, keys, islice(keys, 1, None))):
-        order = sorted(range(count), key=keys.__getitem__)
-        keys, end_to_end = list(map(keys.__getitem__, order)), None
-        places, stamps_by_row = places[order], stamps_by_row[order]
+    keys, end_to_end, places, stamps_by_row = _keys_in_order(ids, places, np.asarray(timestamps_ms, dtype=np.int64))
     # each sequence number exactly once: the row holding each place, no slot left unfilled
     row_of_place = np.full(count, -1, dtype=np.int64)
     row_of_place[places] = np.arange(count)
     if (row_of_place < 0).any():
         raise StoreCorruptError(f"bucket {bucket} lacks some of sequence numbers {span}")
-    batch_starts = range(first_seq, first_seq + count, layout.batch_ids)
 
     _, families = store_options(create=True)
     directory.mkdir(parents=True, exist_ok=True)
-    ids_path = directory / f"ids-{bucket:06d}.sst"
-    times_path = directory / f"times-{bucket:06d}.sst"
-    ids_options = families[CF_IDS]
-    ids_options.set_compression_options(-14, BULK_ZSTD_LEVEL, 0, 0)  # window bits (default), level, strategy, dict
-    writer = SstFileWriter(options=ids_options)
-    writer.open(str(ids_path))
+    files = BucketFiles(
+        bucket, first_seq, count, directory / f"ids-{bucket:06d}.sst", directory / f"times-{bucket:06d}.sst"
+    )
+    batch_starts = range(first_seq, first_seq + count, layout.batch_ids)
+    _write_ids_file(files, families[CF_IDS], keys, _seq_values(places, first_seq, count, layout.batch_ids), layout)
+    # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
+    stamps = stamps_by_row[row_of_place]
+    digests_of = _digests_in_seq_order(keys, end_to_end, row_of_place)
+    times = SstFileWriter(options=families[CF_TIMES])
+    times.open(str(files.times_path))
+    for batch_first in batch_starts:
+        batch = slice(batch_first - first_seq, batch_first - first_seq + layout.batch_ids)
+        times[encode_seq(batch_first)] = _times_value(stamps[batch], digests_of(batch))
+    times.finish()
+    return files
+
+
+def _keys_in_order(
+    ids: Sequence[bytes] | np.ndarray, places: np.ndarray, stamps_by_row: np.ndarray
+) -> tuple[list[bytes], bytes | None, np.ndarray, np.ndarray]:
+    """The ids' keys in ascending byte order, an SST file's order, with their places and timestamps.
+
+    Rows sorted by id (Spark sorts bytes as RocksDB does) give sorted keys when the bucket holds one shape of
+    id; else they are sorted here (sorted runs cost little). ``end_to_end`` is the keys joined, when known.
+    """
+    if isinstance(ids, np.ndarray):  # ids of one length, end to end (dtype V<length>): no object per id
+        keys, end_to_end = encode_fixed_ids_end_to_end(np.ascontiguousarray(ids).tobytes(), ids.dtype.itemsize)
+    else:
+        keys, end_to_end = encode_ids(ids), None
+    if not all(map(operator.lt, keys, islice(keys, 1, None))):
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+        keys, end_to_end = list(map(keys.__getitem__, order)), None
+        places, stamps_by_row = places[order], stamps_by_row[order]
+    return keys, end_to_end, places, stamps_by_row
+
+
+def _write_ids_file(files: BucketFiles, options, keys: list[bytes], values, layout: LoadLayout) -> None:
+    """The bucket's ``ids`` SST file: its batches' start markers, the keys, then its batches' end markers."""
+    first_seq, last_seq = files.first_seq, files.first_seq + files.count - 1
+    batch_starts = range(first_seq, last_seq + 1, layout.batch_ids)
+    options.set_compression_options(-14, BULK_ZSTD_LEVEL, 0, 0)  # window bits (default), level, strategy, dict
+    writer = SstFileWriter(options=options)
+    writer.open(str(files.ids_path))
     put = writer.__setitem__
     for batch_first in batch_starts:  # the markers first: 0x00 sorts before every id key (see codec)
         put(encode_marker(True, batch_first), b"")
     try:
-        deque(map(put, keys, _seq_values(places, first_seq, count, layout.batch_ids)), maxlen=0)
+        deque(map(put, keys, values), maxlen=0)
     except Exception as error:  # RocksDB refuses a key equal to the one before (its message is not ours)
         duplicate = next((a for a, b in pairwise(keys) if a == b), None)
         if duplicate is not None:
             raise StoreCorruptError(f"the same id key twice in one bucket ({duplicate[:40]!r})") from error
         raise
     for batch_first in batch_starts:  # and last: 0xFF sorts after every id key
-        put(encode_marker(False, min(batch_first + layout.batch_ids, first_seq + count) - 1), b"")
+        put(encode_marker(False, min(batch_first + layout.batch_ids - 1, last_seq)), b"")
     writer.finish()
-
-    # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
-    stamps = stamps_by_row[row_of_place]
-    digests_of = _digests_in_seq_order(keys, end_to_end, row_of_place)
-    times = SstFileWriter(options=families[CF_TIMES])
-    times.open(str(times_path))
-    for batch_first in batch_starts:
-        batch = slice(batch_first - first_seq, batch_first - first_seq + layout.batch_ids)
-        times[encode_seq(batch_first)] = _times_value(stamps[batch], digests_of(batch))
-    times.finish()
-    return BucketFiles(bucket, first_seq, count, ids_path, times_path)
 
 
 def _times_value(stamps: np.ndarray, digests: bytes) -> bytes:

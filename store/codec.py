@@ -73,10 +73,10 @@ CF_IDS = "ids"
 CF_TIMES = "times"
 CF_META = "meta"
 COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)
-# The sequence view ``DedupStore.family(CF_SEQ)`` builds on demand; a family of that name on disk marks a
-# schema 1 store, which this build does not open.
-CF_SEQ = "seq"
-LEGACY_FAMILIES = (CF_SEQ,)
+# Not a family on disk: the name of the read-only sequence view ``DedupStore.family(SEQ_VIEW)`` builds on
+# demand. A family of that name on disk marks a schema 1 store, which this build does not open.
+SEQ_VIEW = "seq"
+LEGACY_FAMILIES = (SEQ_VIEW,)
 
 META_IDENTITY = b"identity"
 META_STATE = b"state"

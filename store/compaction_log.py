@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from dedupectl.errors import ConfigError
 from store.codec import COLUMN_FAMILIES
+from store.errors import ConfigError
 from store.rocks_log import LogLine, log_files, read_lines
 
 _EVENT = re.compile(r"EVENT_LOG_v1 (\{.*\})\s*$")

@@ -26,20 +26,11 @@ from pathlib import Path
 import numpy as np
 from rocksdict import AccessType, Checkpoint, Rdict, ReadOptions, WriteBatch
 
-from dedupectl.errors import (
-    DataDirError,
-    StoreCorruptError,
-    StoreError,
-    StoreLockedError,
-    StoreNotFoundError,
-    StoreVersionError,
-)
 from store import id_filter as filters
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
     CF_META,
-    CF_SEQ,
     CF_TIMES,
     COLUMN_FAMILIES,
     DIGEST_BYTES,
@@ -51,6 +42,7 @@ from store.codec import (
     META_STATE,
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
+    SEQ_VIEW,
     StoreIdentity,
     StoreState,
     batch_digests,
@@ -73,6 +65,14 @@ from store.codec import (
     times_offset_at,
     times_offsets,
     without_digests,
+)
+from store.errors import (
+    DataDirError,
+    StoreCorruptError,
+    StoreError,
+    StoreLockedError,
+    StoreNotFoundError,
+    StoreVersionError,
 )
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
@@ -755,16 +755,16 @@ class DedupStore:
 
     def family(self, name: str) -> Rdict:
         """A column family by name, for this package's modules and their tests: the layers above use the methods
-        of this class. ``CF_SEQ`` (no longer on disk) is the read-only sequence view: ``>Q seq -> messageId`` of
+        of this class. ``SEQ_VIEW`` (no longer on disk) is the read-only sequence view: ``>Q seq -> messageId`` of
         the live ids, built on first use (see ``iter_by_seq``)."""
-        if name == CF_SEQ:
+        if name == SEQ_VIEW:
             return self._view(self._state.first_live_seq, self._state.next_seq).db
         return {CF_IDS: self._ids, CF_TIMES: self._times, CF_META: self._meta}[name]
 
     def family_handle(self, name: str):
-        if name == CF_SEQ:
+        if name == SEQ_VIEW:
             raise StoreError(
-                f"store {self.path} has no {CF_SEQ!r} family on disk (schema {SCHEMA_VERSION})",
+                f"store {self.path} has no {SEQ_VIEW!r} family on disk (schema {SCHEMA_VERSION})",
                 "remove ids with DedupStore.forget_many; read them in order with iter_by_seq",
             )
         return {CF_IDS: self._ids_handle, CF_TIMES: self._times_handle, CF_META: self._meta_handle}[name]

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rocksdict import BottommostLevelCompaction, CompactOptions
 
-from dedupectl.errors import StoreLockedError
 from store import clock
-from store.aging import AgingPolicy, age_fully, drop_dead_files, plan_aging
+from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_files, plan_aging
 from store.codec import CF_IDS, CF_META, CF_TIMES, decode_id, decode_marker, decode_seq, is_marker
 from store.dedup_store import DedupStore
+from store.errors import StoreLockedError
 from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
 from store.selection import StoreRef
-from store.window import oldest_live, window_info
+from store.window import WindowInfo, oldest_live, window_info
 
 
 def _open_writable(ref: StoreRef, verb: str, hint: str) -> DedupStore:
@@ -68,68 +68,90 @@ def age_stores(
     for ref in refs:
         if on_store is not None:
             on_store(ref)
-        now_ms = clock.now_ms()
-        if dry_run:
-            with DedupStore.open_secondary(ref.path) as store:
-                plan = plan_aging(store, policy)
-                before = sst_bytes(store)
-                freed = sum(
-                    file.size
-                    for file in ids_files(store)
-                    if file.seq_range is not None and file.seq_range[1] < plan.target_cut
-                )
-                oldest = oldest_live(store)
-                info = window_info(store, ref, now_ms)
-                outcomes.append(
-                    AgeOutcome(
-                        topic=ref.topic,
-                        partition=ref.partition,
-                        dry_run=True,
-                        reason=plan.reason,
-                        live_ids_before=plan.live_ids,
-                        ids_aged=plan.ids_to_age,
-                        live_ids_after=plan.live_ids - plan.ids_to_age,
-                        first_live_seq_after=plan.target_cut,
-                        bytes_before=before,
-                        bytes_freed=freed,
-                        window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
-                        window_seconds_after=_window_at(store, plan.target_cut, now_ms),
-                        ids_per_hour=info.ids_per_hour,
-                        window_seconds_at_bound=info.window_at_bound(policy),
-                    )
-                )
-            continue
-        store = _open_writable(
-            ref,
-            "age",
-            "stop the worker first (a running worker ages its stores itself, from its max_keys/max_bytes), "
-            "or add --dry-run to see what aging would do",
-        )
-        with store:
-            plan = plan_aging(store, policy)
-            before = sst_bytes(store)
-            oldest = oldest_live(store)
-            info = window_info(store, ref, now_ms)
-            result = age_fully(store, policy)
-            outcomes.append(
-                AgeOutcome(
-                    topic=ref.topic,
-                    partition=ref.partition,
-                    dry_run=False,
-                    reason=plan.reason,
-                    live_ids_before=plan.live_ids,
-                    ids_aged=result.aged,
-                    live_ids_after=result.live_ids,
-                    first_live_seq_after=result.first_live_seq,
-                    bytes_before=before,
-                    bytes_freed=result.bytes_dropped,
-                    window_seconds_before=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
-                    window_seconds_after=_window_at(store, result.first_live_seq, now_ms),
-                    ids_per_hour=info.ids_per_hour,
-                    window_seconds_at_bound=info.window_at_bound(policy),
-                )
-            )
+        outcomes.append(_plan_only(ref, policy) if dry_run else _age_one(ref, policy))
     return outcomes
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A store's figures before aging, as an outcome reports them."""
+
+    plan: AgingPlan
+    sst_bytes: int
+    window_seconds: float | None
+    info: WindowInfo
+    now_ms: int
+
+
+def _before(store: DedupStore, ref: StoreRef, policy: AgingPolicy) -> _Before:
+    now_ms = clock.now_ms()
+    oldest = oldest_live(store)
+    window = None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0)
+    return _Before(plan_aging(store, policy), sst_bytes(store), window, window_info(store, ref, now_ms), now_ms)
+
+
+def _outcome(
+    ref: StoreRef,
+    policy: AgingPolicy,
+    before: _Before,
+    *,
+    dry_run: bool,
+    aged: int,
+    cut: int,
+    freed: int,
+    window: float | None,
+) -> AgeOutcome:
+    return AgeOutcome(
+        topic=ref.topic,
+        partition=ref.partition,
+        dry_run=dry_run,
+        reason=before.plan.reason,
+        live_ids_before=before.plan.live_ids,
+        ids_aged=aged,
+        live_ids_after=before.plan.live_ids - aged,
+        first_live_seq_after=cut,
+        bytes_before=before.sst_bytes,
+        bytes_freed=freed,
+        window_seconds_before=before.window_seconds,
+        window_seconds_after=window,
+        ids_per_hour=before.info.ids_per_hour,
+        window_seconds_at_bound=before.info.window_at_bound(policy),
+    )
+
+
+def _plan_only(ref: StoreRef, policy: AgingPolicy) -> AgeOutcome:
+    with DedupStore.open_secondary(ref.path) as store:
+        before = _before(store, ref, policy)
+        cut = before.plan.target_cut
+        freed = sum(file.size for file in ids_files(store) if file.seq_range is not None and file.seq_range[1] < cut)
+        window = _window_at(store, cut, before.now_ms)
+        return _outcome(
+            ref, policy, before, dry_run=True, aged=before.plan.ids_to_age, cut=cut, freed=freed, window=window
+        )
+
+
+def _age_one(ref: StoreRef, policy: AgingPolicy) -> AgeOutcome:
+    store = _open_writable(
+        ref,
+        "age",
+        "stop the worker first (a running worker ages its stores itself, from its max_keys/max_bytes), "
+        "or add --dry-run to see what aging would do",
+    )
+    with store:
+        before = _before(store, ref, policy)
+        result = age_fully(store, policy)
+        window = _window_at(store, result.first_live_seq, before.now_ms)
+        outcome = _outcome(
+            ref,
+            policy,
+            before,
+            dry_run=False,
+            aged=result.aged,
+            cut=result.first_live_seq,
+            freed=result.bytes_dropped,
+            window=window,
+        )
+        return replace(outcome, live_ids_after=result.live_ids)
 
 
 # -- lookup ----------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dedupectl.errors import ConfigError, DataDirError, StoreNotFoundError
+from store.errors import ConfigError, DataDirError, StoreNotFoundError
 from store.layout import list_store_dirs, store_path
 
 

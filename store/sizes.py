@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from dedupectl.errors import ConfigError
+from store.errors import ConfigError
 
 _SIZE_UNITS = {
     "": 1,

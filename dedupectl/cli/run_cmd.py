@@ -17,7 +17,8 @@ from dedupectl.cli.common import (
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.worker import RunSummary, Worker, peak_rss_bytes, stop_on_signals
+from dedupectl.metrics import peak_rss_bytes
+from dedupectl.worker import RunSummary, Worker, stop_on_signals
 
 log = logging.getLogger("dedupectl.run")
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from dedupectl.config import redact
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark.jars import ConnectorJars, cache_root, ensure_connector_jars
+from reconcile.kafka import redact
 
 DEFAULT_MASTER = "local[*]"
 MIN_JAVA = 17

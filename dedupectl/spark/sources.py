@@ -41,7 +41,7 @@ from pyspark.sql.types import (
 
 from dedupectl.config import KafkaConfig
 from dedupectl.errors import ConfigError, RangeError, SparkError
-from dedupectl.kafka_clients import partition_counts
+from reconcile.kafka import partition_counts
 from reconcile.ranges import Bound, resolve_range
 from reconcile.scan import OutputReader
 

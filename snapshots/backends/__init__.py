@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dedupectl.errors import ConfigError
 from snapshots.backends.aws import AwsOptions
 from snapshots.backends.base import Backend, SnapshotInfo, VerifyReport
 from snapshots.backends.ebs import EbsBackend
 from snapshots.backends.local import LocalBackend
 from snapshots.backends.s3 import S3Backend, TransferSettings
+from store.errors import ConfigError
 
 DEFAULT_DIR = "snapshots"  # under the data directory: quick rollbacks; not a backup against losing the disk
 

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from dedupectl.errors import CloudError, ConfigError, DedupeError
+from snapshots.errors import CloudError
+from store.errors import ConfigError, DedupeError
 
 S3_ENDPOINT_ENV = "DEDUPECTL_S3_ENDPOINT_URL"
 

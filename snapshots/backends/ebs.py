@@ -17,12 +17,11 @@ import contextlib
 import time
 from pathlib import Path
 
-from dedupectl import __version__
-from dedupectl.errors import CloudError, SnapshotError, SnapshotNotFoundError
 from snapshots.backends.aws import AwsOptions, aws_errors
 from snapshots.backends.base import SnapshotInfo, VerifyReport
 from snapshots.backends.local import LocalBackend
-from snapshots.manifest import Manifest
+from snapshots.errors import CloudError, SnapshotError, SnapshotNotFoundError
+from snapshots.manifest import TOOL_VERSION, Manifest
 from snapshots.progress import TransferProgress
 from snapshots.volumes import placement
 
@@ -199,7 +198,7 @@ class EbsBackend:
             "dedupectl:total-bytes": str(manifest.total_bytes),
             "dedupectl:created-ms": str(manifest.created_ms),
             "dedupectl:checkpoint-path": f"{ON_VOLUME_DIR}/{manifest.snapshot_id}",
-            "dedupectl:tool-version": __version__,
+            "dedupectl:tool-version": TOOL_VERSION,
         }
         try:
             with aws_errors("ec2:CreateSnapshot", volume_id):

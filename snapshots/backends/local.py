@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from dedupectl.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from snapshots.backends.base import SnapshotInfo, VerifyReport
+from snapshots.errors import SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from snapshots.ids import is_snapshot_id
 from snapshots.manifest import (
     HASH_CHUNK,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from s3transfer.subscribers import BaseSubscriber
 
-from dedupectl.errors import CloudError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from snapshots.backends.aws import FORBIDDEN, AwsOptions, aws_errors, error_code, explain_forbidden
 from snapshots.backends.base import SnapshotInfo, VerifyReport
+from snapshots.errors import CloudError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from snapshots.ids import is_snapshot_id
 from snapshots.manifest import (
     HASH_CHUNK,

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from dedupectl.config import REDACTED, resolve_kafka_config, resolve_worker_config
+from dedupectl.config import resolve_kafka_config, resolve_worker_config
 from dedupectl.errors import ConfigError
+from reconcile.kafka import REDACTED
 
 BASE = {"bootstrap_servers": "b:9092", "input_topic": "in", "output_topic": "out"}
 

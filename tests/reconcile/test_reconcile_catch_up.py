@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from reconcile_support import ids
 
-from reconcile.repair import catch_up
+from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
 
 

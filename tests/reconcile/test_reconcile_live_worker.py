@@ -59,7 +59,7 @@ def test_reconcile_beside_a_running_worker(make_pipeline):
         result = pipeline.reconcile_process("-p", "1", "--apply")
         lines = [line for line in result.stderr.splitlines() if line.strip()]
         assert result.returncode == 2 and len(lines) == 1, result.stderr
-        assert "partition 1's store" in lines[0] and "is held by worker w1 (pid " in lines[0]
+        assert "partition 1's store" in lines[0] and "is held by worker 'w1' (pid " in lines[0]
         assert "stop the worker for this partition before reconcile --apply" in lines[0]
 
         wait_for(lambda: pipeline.end_offset(0) + pipeline.end_offset(1) >= 8000, what="the worker to keep up")

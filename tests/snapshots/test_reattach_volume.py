@@ -19,7 +19,7 @@ from dedupectl.config import KafkaConfig
 from dedupectl.kafka_clients import create_topics
 from snapshots.backends.aws import translate_aws_error
 from snapshots.volumes import mount_of
-from snapshots.workers import read_statuses
+from store.worker_status import read_statuses
 
 
 def reattach_args(ec2, volume: str, instance: str, *extra: str) -> list[str]:

@@ -20,11 +20,11 @@ from dedupectl.cli.app import app
 from dedupectl.config import KafkaConfig
 from dedupectl.kafka_clients import create_topics
 from dedupectl.sample_events import SampleSpec, generate
-from reconcile.repair import catch_up
+from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
-from snapshots.workers import read_statuses
 from store.dedup_store import DedupStore
 from store.layout import store_path
+from store.worker_status import read_statuses
 
 
 def produce(bootstrap: str, topic: str, records, chunk: int = 0, pause_s: float = 0.0) -> None:

@@ -14,7 +14,7 @@ from spark_support import BASE_MS, Record, event
 
 from dedupectl.sample_events import SampleSpec, produce_sample
 from dedupectl.spark.rebuild import RebuildRequest, run_rebuild
-from reconcile.repair import catch_up
+from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
 from store.aging import AgingPolicy, age_step
 from store.bulk_load import LoadLayout

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.aging import AgingPolicy, age_step
-from store.codec import CF_SEQ, encode_seq
+from store.codec import SEQ_VIEW, encode_seq
 from store.dedup_store import DedupStore
 
 
@@ -28,7 +28,7 @@ def test_iter_by_seq_follows_records_forgets_and_aging(tmp_path: Path):
 
         age_step(store, AgingPolicy(max_keys=10))
         assert [seq for seq, _ in store.iter_by_seq()] == list(range(2_994, 3_004))
-        view = store.family(CF_SEQ)  # schema 1's sequence family, as a read-only view
+        view = store.family(SEQ_VIEW)  # schema 1's sequence family, as a read-only view
         assert view[encode_seq(3_000)] == b"order-17"
 
 

@@ -1,4 +1,5 @@
-"""Which worker serves which partition, from the status files workers keep in their data directory.
+"""The status file a worker keeps in its data directory: written and removed by the worker, read by the tools
+that must not act on a partition behind a running worker's back (snapshot, restore, reattach, reconcile).
 
 A worker writes ``<data_dir>/worker-<id>.json`` (pid, host, topics, partitions, updated_at) while it runs and
 deletes it on a clean exit; a killed worker leaves a stale one. A status is *live* when its pid runs on this
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -18,11 +18,30 @@ from pathlib import Path
 
 import psutil
 
-from dedupectl.errors import ReattachError
-
 log = logging.getLogger(__name__)
 
 STATUS_GLOB = "worker-*.json"
+
+
+def status_path(data_dir: Path, worker_id: str) -> Path:
+    return Path(data_dir) / f"worker-{worker_id}.json"
+
+
+def write_status(path: Path, fields: dict) -> None:
+    """Replace the status file atomically with ``fields`` plus this process's pid, host and the time."""
+    status = {"pid": os.getpid(), "host": socket.gethostname(), **fields, "updated_at": time.time()}
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(status, indent=2))
+    temporary.replace(path)
+
+
+def remove_status(path: Path) -> None:
+    """Delete the status file only if it is ours: a misconfigured twin must not erase a live worker's."""
+    try:
+        if json.loads(path.read_text()).get("pid") == os.getpid():
+            path.unlink()
+    except (OSError, ValueError):
+        pass
 
 
 @dataclass(frozen=True)
@@ -64,7 +83,7 @@ def read_statuses(data_dir: Path) -> list[WorkerStatus]:
     return statuses
 
 
-def _process(status: WorkerStatus) -> psutil.Process | None:
+def running_process(status: WorkerStatus) -> psutil.Process | None:
     """The running process the status describes, or None when it has exited (zombies count as exited)."""
     try:
         process = psutil.Process(status.pid)
@@ -82,7 +101,7 @@ def is_live(status: WorkerStatus) -> bool:
     """Whether the worker still runs; a status written on another host cannot be checked and counts as live."""
     if not status.local:
         return True
-    return _process(status) is not None
+    return running_process(status) is not None
 
 
 def live_worker_for(data_dir: Path, topic: str, partition: int) -> WorkerStatus | None:
@@ -94,34 +113,3 @@ def live_worker_for(data_dir: Path, topic: str, partition: int) -> WorkerStatus 
 
 def describe(status: WorkerStatus) -> str:
     return f"worker {status.worker_id!r} (pid {status.pid} on {status.host}, status file {status.path})"
-
-
-def stop_worker(status: WorkerStatus, timeout_s: float = 60.0, poll_s: float = 0.2) -> float:
-    """SIGTERM the worker (it finishes its batch, commits, closes its stores) and wait for it to exit;
-    returns the seconds it took."""
-    if not status.local:
-        raise ReattachError(
-            f"{describe(status)} runs on another host; it cannot be stopped from here",
-            f"stop it on {status.host}, or remove {status.path} if that worker is gone",
-        )
-    started = time.monotonic()
-    process = _process(status)
-    if process is None:
-        return 0.0
-    try:
-        os.kill(status.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return time.monotonic() - started
-    except PermissionError as error:
-        raise ReattachError(
-            f"not allowed to signal {describe(status)}", "run as the worker's user, or stop it with systemctl"
-        ) from error
-    deadline = started + timeout_s
-    while time.monotonic() < deadline:
-        if _process(status) is None:
-            return time.monotonic() - started
-        time.sleep(poll_s)
-    raise ReattachError(
-        f"{describe(status)} did not exit within {timeout_s:.0f}s of SIGTERM",
-        "check its log; it may be stuck on the broker. Kill it only if you accept a recovery on restart",
-    )
