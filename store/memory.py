@@ -21,28 +21,27 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's default, made fixed
 
 
+def _libc(function: str, argtypes: list):
+    """A function of the C library, or None on one without it (not glibc)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        found = getattr(ctypes.CDLL(name), function)
+    except (OSError, AttributeError):
+        return None
+    found.argtypes = argtypes
+    return found
+
+
 def limit_heap_retention() -> bool:
     """Make large allocations always ``mmap``-ed (glibc); call once at process start. Returns whether it took
     effect (False on a C library without ``mallopt``)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
 
 
 def release_free_memory() -> bool:
     """Return the C heap's free pages to the system (glibc ``malloc_trim``). Returns whether it could."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        trim = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim.argtypes = [ctypes.c_size_t]
-    return bool(trim(0))
+    trim = _libc("malloc_trim", [ctypes.c_size_t])
+    return trim is not None and bool(trim(0))
