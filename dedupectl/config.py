@@ -64,6 +64,7 @@ VALUE_FORMATS = ("json", "raw")
 
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
+DEFAULT_BROKER_RETRY_FOR = 300.0
 MIN_MEMTABLE_BUDGET = 4 * 1024 * 1024
 
 
@@ -88,11 +89,11 @@ class WorkerConfig:
     max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
     max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
     memtable_budget: int = DEFAULT_MEMTABLE_BUDGET  # bytes: the memtables of all held partitions together
-    snapshot_every: float | None = (
-        None  # seconds between periodic snapshots of every held partition (None: on request only)
-    )
+    # seconds between periodic snapshots of every held partition (None: on request only)
+    snapshot_every: float | None = None
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
+    broker_retry_for: float = DEFAULT_BROKER_RETRY_FOR  # seconds transient Kafka faults are ridden out
 
     @property
     def transactional_id(self) -> str:
@@ -130,6 +131,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "max_bytes": str,
     "memtable_budget": str,
     "snapshot_every": str,
+    "broker_retry_for": str,
     "snapshot_to": str,
     "snapshot_keep": int,
 }
@@ -284,7 +286,8 @@ def resolve_worker_config(
         max_keys=fields.get("max_keys"),
         max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
         memtable_budget=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
-        snapshot_every=_duration(fields.get("snapshot_every")),
+        snapshot_every=_duration(fields.get("snapshot_every"), "snapshot_every"),
+        broker_retry_for=_duration(fields.get("broker_retry_for"), "broker_retry_for") or DEFAULT_BROKER_RETRY_FOR,
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
     )
@@ -300,10 +303,10 @@ def _size(text: str | None, what: str) -> int | None:
     return parse_size(text, what=what)
 
 
-def _duration(text: str | None) -> float | None:
+def _duration(text: str | None, what: str) -> float | None:
     if text is None:
         return None
-    return parse_duration(text, what="snapshot_every", positive=True)
+    return parse_duration(text, what=what, positive=True)
 
 
 def _validate(config: WorkerConfig) -> None:

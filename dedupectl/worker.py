@@ -34,6 +34,14 @@ from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError
 from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
+from reconcile.broker_retry import (
+    RetryPolicy,
+    is_fence,
+    is_replaceable_producer_error,
+    is_transient,
+    kafka_error_of,
+    with_retries,
+)
 from reconcile.kafka import build_client, partition_counts
 from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
@@ -51,7 +59,9 @@ from store.worker_status import remove_status, status_path, write_status
 log = logging.getLogger(__name__)
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
-COMMIT_RETRIES = 5
+# a producer that keeps failing fatally this often is fighting something a restart will not fix
+PRODUCER_RESTARTS_MAX = 3
+PRODUCER_RESTARTS_WINDOW_S = 600.0
 MEMORY_RELEASE_S = 60.0
 MAINTENANCE_S = 5.0  # every held partition ages and refreshes its window gauge at least this often, input or not
 
@@ -136,6 +146,9 @@ class Worker:
         self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
+        self._retry = RetryPolicy(bound_s=config.broker_retry_for)
+        self._producer_restarts: list[float] = []
+        self._transaction_began = 0.0
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -213,6 +226,17 @@ class Worker:
                 last_report = now
 
     def _start_producer(self) -> Producer:
+        """A transactional producer, its transactions initialised: this fences any earlier instance of this
+        worker and completes or aborts whatever transaction it left open, before it returns."""
+        return with_retries(
+            self._new_producer,
+            f"starting Kafka transactions as {self.config.transactional_id}",
+            self._retry,
+            # a producer left fatal by a failed init (CONCURRENT_TRANSACTIONS can do that) is replaced on retry
+            transient=lambda error: is_transient(error) or is_replaceable_producer_error(error),
+        )
+
+    def _new_producer(self) -> Producer:
         config = self.config
         producer = build_client(
             Producer,
@@ -230,6 +254,8 @@ class Worker:
         try:
             producer.init_transactions(config.kafka.timeout_s)
         except KafkaException as error:
+            if is_transient(error) or is_replaceable_producer_error(error):
+                raise
             raise BrokerError(
                 f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
                 "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
@@ -275,7 +301,8 @@ class Worker:
             raise DataDirError(
                 f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
             )
-        counts = partition_counts(config.kafka, [config.input_topic, config.output_topic, config.dead_letter_topic])
+        topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
+        counts = with_retries(lambda: partition_counts(config.kafka, topics), "reading the topics", self._retry)
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
@@ -480,6 +507,7 @@ class Worker:
 
         try:
             producer.begin_transaction()
+            self._transaction_began = time.monotonic()
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
             # the offsets go to the group coordinator (two broker round trips, GIL released) while this thread
             # produces: a transaction takes its offsets at any point before the commit
@@ -500,11 +528,10 @@ class Worker:
         except KafkaException as error:
             kafka_error = error.args[0]
             if kafka_error.fatal():
-                raise FencedError(
-                    f"this worker was fenced ({kafka_error.str()})",
-                    "another worker with the same worker_id took over; stop one of them",
-                ) from error
-            if not kafka_error.txn_requires_abort() and not kafka_error.retriable():
+                self._replace_producer(error)
+                self._rewind(plans)
+                return None
+            if not kafka_error.txn_requires_abort() and not is_transient(error):
                 raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
             log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
             self._abort_and_rewind(plans)
@@ -568,29 +595,34 @@ class Worker:
                 self._producer.poll(0.05)
 
     def _commit(self) -> None:
-        for attempt in range(COMMIT_RETRIES):
-            try:
-                self._producer.commit_transaction(self.config.kafka.timeout_s)
-                return
-            except KafkaException as error:
-                if not error.args[0].retriable() or attempt == COMMIT_RETRIES - 1:
-                    raise
-                log.warning("commit retry after: %s", error.args[0].str())
+        # a commit that timed out resumes when called again; one that needs an abort is the caller's
+        with_retries(
+            lambda: self._producer.commit_transaction(self.config.kafka.timeout_s),
+            "committing the transaction",
+            self._retry,
+            transient=lambda error: is_transient(error) and not error.args[0].txn_requires_abort(),
+        )
 
     def _abort_and_rewind(self, plans: list[_Plan]) -> None:
+        timeout_s = self.config.kafka.timeout_s
         try:
-            self._producer.abort_transaction(self.config.kafka.timeout_s)
+            with_retries(lambda: self._producer.abort_transaction(timeout_s), "aborting the transaction", self._retry)
         except KafkaException as error:
-            if error.args[0].fatal():
-                raise FencedError(f"this worker was fenced ({error.args[0].str()})") from error
-            raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
+            if not error.args[0].fatal():
+                raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
+            self._replace_producer(error)
         self.summary.aborts += 1
         self.metrics.transactions.labels("aborted").inc()
+        self._rewind(plans)
+
+    def _rewind(self, plans: list[_Plan]) -> None:
+        """Seek each plan's partition back to its committed offset: the batch is read again."""
         partitions = [TopicPartition(self.config.input_topic, plan.partition) for plan in plans]
-        try:
-            committed = self._consumer.committed(partitions, timeout=self.config.kafka.timeout_s)
-        except KafkaException as error:
-            raise BrokerError(f"cannot read committed offsets after an abort: {error.args[0].str()}") from error
+        committed = with_retries(
+            lambda: self._consumer.committed(partitions, timeout=self.config.kafka.timeout_s),
+            "reading the committed input offsets",
+            self._retry,
+        )
         for tp in committed:
             if tp.partition in self._partitions:
                 tp.offset = tp.offset if tp.offset >= 0 else 0
@@ -599,8 +631,45 @@ class Worker:
                 except KafkaException as error:  # revoked meanwhile: its next owner re-reads it
                     log.info("not rewinding partition %d: %s", tp.partition, error)
 
+    def _may_have_timed_out(self) -> bool:
+        """Whether the open transaction outlived transaction.timeout.ms: the coordinator then aborts it and bumps
+        the producer's epoch itself (a broker outage does that), which reads as a fence by a newer instance."""
+        return time.monotonic() - self._transaction_began >= self.config.transaction_timeout_ms / 1000
+
+    def _replace_producer(self, error: KafkaException) -> None:
+        """After a fatal producer error: exit if another instance fenced this one, else carry on with a new
+        producer. Its initialisation settles the failed transaction (committed or aborted) before it returns,
+        so every held partition is recovered from the output before its next batch."""
+        kafka_error = kafka_error_of(error)
+        if kafka_error is not None and is_fence(kafka_error) and not self._may_have_timed_out():
+            raise FencedError(
+                f"this worker was fenced ({kafka_error.str()})",
+                "another worker with the same worker_id took over; stop one of them",
+            ) from error
+        if kafka_error is None or not (is_fence(kafka_error) or is_replaceable_producer_error(error)):
+            raise BrokerError(f"the transactional producer failed: {error}") from error
+        now = time.monotonic()
+        recent = [at for at in self._producer_restarts if now - at < PRODUCER_RESTARTS_WINDOW_S]
+        if len(recent) >= PRODUCER_RESTARTS_MAX:
+            raise BrokerError(
+                f"the transactional producer failed fatally {len(recent) + 1} times within "
+                f"{PRODUCER_RESTARTS_WINDOW_S:.0f}s (last: {kafka_error.str()})",
+                "check the brokers' logs; a restart resumes exactly where the worker stopped",
+            ) from error
+        self._producer_restarts = [*recent, now]
+        log.warning(
+            "producer failed (%s): starting a new one; held partitions recover from the output", kafka_error.str()
+        )
+        self._producer = self._start_producer()
+        for owned in self._partitions.values():
+            owned.recovered = False
+
     def _recover(self, owned: _Partition) -> None:
-        result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
+        result = with_retries(
+            lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
+            f"recovering partition {owned.number} from the output",
+            self._retry,
+        )
         owned.recovered = True
         self.summary.recovered += result.recorded
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)

@@ -25,3 +25,7 @@ class Interrupted(DedupeError):
     """The operator interrupted a comparison; every batch written before was one atomic write."""
 
     exit_code = 130
+
+
+class BrokerUnavailableError(BrokerError):
+    """Kafka did not answer in time: transient (a broker restarting, a network blip), so worth a retry."""

@@ -60,6 +60,11 @@ def run(
     snapshot_keep: int | None = typer.Option(
         None, "--snapshot-keep", help="Keep the newest N snapshots per partition."
     ),
+    broker_retry_for: str | None = typer.Option(
+        None,
+        "--broker-retry-for",
+        help="Ride out transient Kafka faults (a broker restarting, timeouts) this long before exiting (default 5m).",
+    ),
     kafka_setting: list[str] | None = KafkaSettingOption,
     exit_on_idle: float | None = typer.Option(
         None, "--exit-on-idle", help="Exit 0 after this many seconds without input (batch jobs, demos)."
@@ -96,6 +101,7 @@ def run(
             "snapshot_every": snapshot_every,
             "snapshot_to": snapshot_to,
             "snapshot_keep": snapshot_keep,
+            "broker_retry_for": broker_retry_for,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
