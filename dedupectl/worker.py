@@ -59,9 +59,17 @@ from store.worker_status import remove_status, status_path, write_status
 log = logging.getLogger(__name__)
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
-# a producer that keeps failing fatally this often is fighting something a restart will not fix
-PRODUCER_RESTARTS_MAX = 3
-PRODUCER_RESTARTS_WINDOW_S = 600.0
+# clients replaced after fatal errors this often are fighting something a restart will not fix (a twin)
+CLIENT_RESTARTS_MAX = 3
+CLIENT_RESTARTS_WINDOW_S = 600.0
+# how long after a broker fault a fence of this consumer is taken for the reloading coordinator's mistake
+BROKER_FAULT_MEMORY_S = 120.0
+
+
+class _GroupFenceAfterFault(Exception):
+    """The group fenced this consumer out just after a broker fault: rejoin rather than exit."""
+
+
 MEMORY_RELEASE_S = 60.0
 MAINTENANCE_S = 5.0  # every held partition ages and refreshes its window gauge at least this often, input or not
 
@@ -147,8 +155,9 @@ class Worker:
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         self._retry = RetryPolicy(bound_s=config.broker_retry_for)
-        self._producer_restarts: list[float] = []
+        self._client_restarts: list[float] = []
         self._transaction_began = 0.0
+        self._last_broker_fault = -math.inf
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -182,13 +191,10 @@ class Worker:
             config.data_dir,
         )
         self._producer = self._start_producer()
-        self._consumer = consumer = self._start_consumer()
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._reader = OutputReader(config.kafka)
-        consumer.subscribe(
-            [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
+        self._join_group()
         self._write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
@@ -202,12 +208,34 @@ class Worker:
             self._shutdown()
         return self.summary
 
+    def _join_group(self) -> None:
+        self._consumer = self._start_consumer()
+        self._consumer.subscribe(
+            [self.config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+
+    def _rejoin_group(self, reason: str) -> None:
+        """A new consumer in place of one the group fenced out while a coordinator reloaded: its partitions are
+        revoked (stores closed) and assigned again, and recovered before their next batch."""
+        self._count_restart(reason)
+        log.warning("consumer fenced out while the group coordinator recovered (%s): joining the group again", reason)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as error:
+            log.info("closing the fenced consumer: %s", error)
+        self._on_revoke(None, [TopicPartition(self.config.input_topic, n) for n in list(self._partitions)])
+        self._join_group()
+
     def _loop(
         self, stop: threading.Event, exit_on_idle_s: float | None, on_progress: Callable[[RunSummary], None] | None
     ) -> None:
         started = last_report = last_release = last_maintenance = time.monotonic()
         while not stop.is_set():
-            batch = self._collect(self._consumer)
+            try:
+                batch = self._collect(self._consumer)
+            except _GroupFenceAfterFault as fence:
+                self._rejoin_group(str(fence))
+                continue
             now = time.monotonic()
             if batch:
                 self._process(batch)
@@ -228,10 +256,9 @@ class Worker:
     def _start_producer(self) -> Producer:
         """A transactional producer, its transactions initialised: this fences any earlier instance of this
         worker and completes or aborts whatever transaction it left open, before it returns."""
-        return with_retries(
+        return self._retrying(
             self._new_producer,
             f"starting Kafka transactions as {self.config.transactional_id}",
-            self._retry,
             # a producer left fatal by a failed init (CONCURRENT_TRANSACTIONS can do that) is replaced on retry
             transient=lambda error: is_transient(error) or is_replaceable_producer_error(error),
         )
@@ -302,7 +329,7 @@ class Worker:
                 f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
             )
         topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
-        counts = with_retries(lambda: partition_counts(config.kafka, topics), "reading the topics", self._retry)
+        counts = self._retrying(lambda: partition_counts(config.kafka, topics), "reading the topics")
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
@@ -391,8 +418,7 @@ class Worker:
             self.summary.first_consumed_at = time.monotonic()
         return batch
 
-    @staticmethod
-    def _records_only(got: list[Message]) -> list[Message]:
+    def _records_only(self, got: list[Message]) -> list[Message]:
         """The records among consumer events; a fatal one ends the worker, others are logged."""
         records = []
         for message in got:
@@ -403,11 +429,14 @@ class Worker:
             # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
             # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if error.fatal() or error.code() == KafkaError._FATAL:
+                if self._broker_fault_recent():
+                    raise _GroupFenceAfterFault(error.str())
                 raise FencedError(
                     f"this worker was fenced out of its group ({error.str()})",
                     "another worker with the same worker_id is running: give each worker its own",
                 )
             log.warning("consumer: %s", error.str())
+            self._note_fault()
         return records
 
     def _process(self, batch: list[Message]) -> None:
@@ -529,12 +558,13 @@ class Worker:
             kafka_error = error.args[0]
             if kafka_error.fatal():
                 self._replace_producer(error)
-                self._rewind(plans)
+                self._rewind()
                 return None
             if not kafka_error.txn_requires_abort() and not is_transient(error):
                 raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
             log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
-            self._abort_and_rewind(plans)
+            self._note_fault()
+            self._abort_and_rewind()
             return None
         self.summary.commits += 1
         self.summary.last_committed_at = time.monotonic()
@@ -596,33 +626,36 @@ class Worker:
 
     def _commit(self) -> None:
         # a commit that timed out resumes when called again; one that needs an abort is the caller's
-        with_retries(
+        self._retrying(
             lambda: self._producer.commit_transaction(self.config.kafka.timeout_s),
             "committing the transaction",
-            self._retry,
             transient=lambda error: is_transient(error) and not error.args[0].txn_requires_abort(),
         )
 
-    def _abort_and_rewind(self, plans: list[_Plan]) -> None:
+    def _abort_and_rewind(self) -> None:
         timeout_s = self.config.kafka.timeout_s
         try:
-            with_retries(lambda: self._producer.abort_transaction(timeout_s), "aborting the transaction", self._retry)
+            self._retrying(lambda: self._producer.abort_transaction(timeout_s), "aborting the transaction")
         except KafkaException as error:
             if not error.args[0].fatal():
                 raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
             self._replace_producer(error)
         self.summary.aborts += 1
         self.metrics.transactions.labels("aborted").inc()
-        self._rewind(plans)
+        self._rewind()
 
-    def _rewind(self, plans: list[_Plan]) -> None:
-        """Seek each plan's partition back to its committed offset: the batch is read again."""
-        partitions = [TopicPartition(self.config.input_topic, plan.partition) for plan in plans]
-        committed = with_retries(
-            lambda: self._consumer.committed(partitions, timeout=self.config.kafka.timeout_s),
-            "reading the committed input offsets",
-            self._retry,
-        )
+    def _rewind(self) -> None:
+        """Seek every held partition back to its committed offset: what was consumed past it is read again."""
+        try:
+            committed = self._retrying(
+                self._committed_offsets,
+                "reading the committed input offsets",
+                # the group may need this consumer to poll before it answers (a rebalance after a broker restart)
+                sleep=self._poll_dropping,
+            )
+        except _GroupFenceAfterFault as fence:
+            self._rejoin_group(str(fence))  # a new member starts every partition from its committed offset
+            return
         for tp in committed:
             if tp.partition in self._partitions:
                 tp.offset = tp.offset if tp.offset >= 0 else 0
@@ -630,6 +663,42 @@ class Worker:
                     self._consumer.seek(tp)
                 except KafkaException as error:  # revoked meanwhile: its next owner re-reads it
                     log.info("not rewinding partition %d: %s", tp.partition, error)
+
+    def _committed_offsets(self) -> list[TopicPartition]:
+        held = [TopicPartition(self.config.input_topic, number) for number in self._partitions]
+        return self._consumer.committed(held, timeout=self.config.kafka.timeout_s) if held else []
+
+    def _poll_dropping(self, seconds: float) -> None:
+        """Serve the consumer's group protocol (assignments run here) for ``seconds``; the records it returns are
+        dropped, as the seek that follows reads them again."""
+        deadline = time.monotonic() + max(seconds, 0.2)
+        while (left := deadline - time.monotonic()) > 0:
+            self._records_only(self._consumer.consume(num_messages=CONSUME_CHUNK, timeout=left))  # errors still count
+
+    def _count_restart(self, reason: str) -> None:
+        """A client replaced after a fatal error; too many in a row is a fight a restart will not win."""
+        now = time.monotonic()
+        recent = [at for at in self._client_restarts if now - at < CLIENT_RESTARTS_WINDOW_S]
+        if len(recent) >= CLIENT_RESTARTS_MAX:
+            raise BrokerError(
+                f"Kafka clients failed fatally {len(recent) + 1} times within {CLIENT_RESTARTS_WINDOW_S:.0f}s "
+                f"(last: {reason})",
+                "check the brokers' logs and that no other worker runs with this worker_id; "
+                "a restart resumes exactly where the worker stopped",
+            )
+        self._client_restarts = [*recent, now]
+        self._last_broker_fault = now
+
+    def _broker_fault_recent(self) -> bool:
+        """Whether Kafka faulted lately: a coordinator that reloaded may fence a static member by mistake."""
+        return time.monotonic() - self._last_broker_fault < BROKER_FAULT_MEMORY_S
+
+    def _retrying(self, call, what: str, **options):
+        """``with_retries`` within ``--broker-retry-for``, remembering each retry as a broker fault."""
+        return with_retries(call, what, self._retry, on_retry=self._note_fault, **options)
+
+    def _note_fault(self, _error: BaseException | None = None) -> None:
+        self._last_broker_fault = time.monotonic()
 
     def _may_have_timed_out(self) -> bool:
         """Whether the open transaction outlived transaction.timeout.ms: the coordinator then aborts it and bumps
@@ -648,15 +717,7 @@ class Worker:
             ) from error
         if kafka_error is None or not (is_fence(kafka_error) or is_replaceable_producer_error(error)):
             raise BrokerError(f"the transactional producer failed: {error}") from error
-        now = time.monotonic()
-        recent = [at for at in self._producer_restarts if now - at < PRODUCER_RESTARTS_WINDOW_S]
-        if len(recent) >= PRODUCER_RESTARTS_MAX:
-            raise BrokerError(
-                f"the transactional producer failed fatally {len(recent) + 1} times within "
-                f"{PRODUCER_RESTARTS_WINDOW_S:.0f}s (last: {kafka_error.str()})",
-                "check the brokers' logs; a restart resumes exactly where the worker stopped",
-            ) from error
-        self._producer_restarts = [*recent, now]
+        self._count_restart(kafka_error.str())
         log.warning(
             "producer failed (%s): starting a new one; held partitions recover from the output", kafka_error.str()
         )
@@ -665,10 +726,9 @@ class Worker:
             owned.recovered = False
 
     def _recover(self, owned: _Partition) -> None:
-        result = with_retries(
+        result = self._retrying(
             lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
             f"recovering partition {owned.number} from the output",
-            self._retry,
         )
         owned.recovered = True
         self.summary.recovered += result.recorded
