@@ -18,14 +18,15 @@ from dedupectl.errors import DedupeError
 
 # Each module adds its commands to the app; the order is the order in --help.
 COMMAND_MODULES = (
-    "dedupectl.cli.run_cmd",
-    "dedupectl.cli.topics_cmd",
-    "dedupectl.cli.demo_cmd",
-    "dedupectl.cli.snapshot_cmds",
-    "dedupectl.cli.reconcile_cmd",
-    "dedupectl.cli.store_cmds",
-    "dedupectl.cli.spark_cmds",
-    "dedupectl.cli.dev_cmd",
+    "dedupectl.cli.commands.run",
+    "dedupectl.cli.commands.topics",
+    "dedupectl.cli.commands.demo",
+    "dedupectl.cli.commands.snapshot",
+    "dedupectl.cli.commands.reattach",
+    "dedupectl.cli.commands.reconcile",
+    "dedupectl.cli.commands.store",
+    "dedupectl.cli.commands.spark",
+    "dedupectl.cli.commands.dev",
 )
 
 app = typer.Typer(

@@ -395,7 +395,7 @@ def test_piped_output_keeps_ids_whole_and_stderr_free_of_blank_lines(cli_process
 
 
 def test_plain_progress_lines_for_long_steps_in_mib(capsys):
-    from dedupectl.cli.snapshot_cmds import RichTransferProgress
+    from dedupectl.cli.commands.snapshot import RichTransferProgress
 
     progress = RichTransferProgress()
     progress.PLAIN_EVERY_S = 0.0  # every step counts as long here

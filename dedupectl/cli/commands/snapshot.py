@@ -1,11 +1,10 @@
-"""``dedupectl snapshot create|list|verify|restore|prune`` and ``dedupectl reattach``."""
+"""``dedupectl snapshot create|list|verify|restore|prune``."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -24,16 +23,15 @@ from rich.progress import (
 )
 from rich.table import Table
 from rich.text import Text
-from typer.core import TyperCommand
 
 from dedupectl.cli.common import JsonOption
+from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.output import console, err_console, print_json
-from dedupectl.errors import ConfigError, DedupeError
+from dedupectl.errors import ConfigError
 from snapshots.backends import AwsOptions
 from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
 from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
 from snapshots.create import create_snapshots
-from snapshots.reattach import ReattachRequest, Step, reattach_volume
 from snapshots.restore import restore_snapshot, restore_volume
 from store.sizes import parse_duration
 
@@ -141,45 +139,6 @@ class RichTransferProgress:
             self._progress.stop()
 
 
-# click's base of usage errors, from whichever click typer runs on (recent typer carries its own copy)
-_USAGE_ERROR = next(base for base in typer.BadParameter.__mro__ if base.__name__ == "ClickException")
-
-
-def _error_object(error: BaseException) -> dict[str, Any]:
-    """The JSON a failed command prints with --json: what the error line says, split, and the exit code."""
-    if isinstance(error, DedupeError):
-        kind, message, hint, code = type(error).__name__, error.message, error.hint, error.exit_code
-    elif isinstance(error, _USAGE_ERROR):  # an option or argument that does not parse
-        kind, message, hint, code = "usage", error.format_message(), None, error.exit_code
-    else:
-        kind, message, hint, code = "bug", f"unexpected {type(error).__name__}: {error}", None, 70
-    return {"error": {"message": message, "hint": hint, "kind": kind, "exit_code": code}}
-
-
-@contextmanager
-def _json_errors(json_output: bool) -> Iterator[None]:
-    """With --json, a failure still prints one JSON document on stdout (an error object), then exits as
-    without --json: the same line on stderr and the same exit code."""
-    try:
-        yield
-    except (typer.Exit, typer.Abort):  # --help, or a stop: not a failure
-        raise
-    except Exception as error:
-        if json_output:
-            print_json(_error_object(error))
-        raise
-
-
-class JsonErrorsCommand(TyperCommand):
-    """A command whose options fail to parse (a bad value, a missing option, a callback's refusal) before its
-    body runs: with --json on the command line, the error object is printed all the same."""
-
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        options = args[: args.index("--")] if "--" in args else args
-        with _json_errors("--json" in options):
-            return super().parse_args(ctx, args)
-
-
 ID_COLUMNS = frozenset({"id", "snapshot", "location"})
 
 
@@ -252,7 +211,7 @@ def create(
 
     Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
     """
-    with _json_errors(json_output):
+    with json_errors(json_output):
         if bool(partition) == all_partitions:
             raise ConfigError(
                 "pass --partition P (repeatable) or --all", "e.g. dedupectl snapshot create --partition 3"
@@ -303,7 +262,7 @@ def list_(
     Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
     """
     aws = _aws(endpoint_url, region)
-    with _json_errors(json_output):
+    with json_errors(json_output):
         infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=aws)
         note = None
         if not infos:
@@ -356,7 +315,7 @@ def verify(
 
     Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
     """
-    with _json_errors(json_output):
+    with json_errors(json_output):
         report = verify_snapshot(
             source, snapshot_id, data_dir=data_dir, aws=_aws(endpoint_url, region), progress=RichTransferProgress()
         )
@@ -402,7 +361,7 @@ def restore(
     """
     aws = _aws(endpoint_url, region)
     if availability_zone is not None:
-        with _json_errors(json_output):
+        with json_errors(json_output):
             volume = restore_volume(source or "ebs:", snapshot_id, availability_zone, aws=aws)
         if json_output:
             print_json(volume)
@@ -422,7 +381,7 @@ def restore(
             ],
         )
         return
-    with _json_errors(json_output):
+    with json_errors(json_output):
         if data_dir is None:
             raise ConfigError("restore needs --data-dir (or DEDUPECTL_DATA_DIR)", "where to place the store")
         result = restore_snapshot(
@@ -466,7 +425,7 @@ def prune(
 
     Example: dedupectl snapshot prune --from s3://backups/dedupectl --keep 24 --older-than 7d
     """
-    with _json_errors(json_output):
+    with json_errors(json_output):
         result = prune_snapshots(
             source,
             keep=keep,
@@ -487,65 +446,5 @@ def prune(
     print_table(f"snapshot prune: {len(result.deleted)} {verb}", ["action", "id", "partition", "location"], rows)
 
 
-def _print_step(step: Step) -> None:
-    mark = {"done": "[green]✓[/]", "planned": "[cyan]…[/]", "skipped": "[yellow]-[/]"}.get(step.status, "")
-    err_console.print(f"{mark} {step.name} ({step.seconds:.1f}s): {step.detail}", highlight=False)
-
-
-def reattach(
-    partition: int = typer.Option(..., "--partition", "-p", help="The partition the volume holds."),
-    volume: str = typer.Option(..., "--volume", help="EBS volume id (vol-…)."),
-    to_instance: str = typer.Option(..., "--to-instance", help="Instance to attach it to (i-…)."),
-    topic: str | None = typer.Option(None, "--topic", "-t", help="Input topic (checked against the volume's tag)."),
-    data_dir: Path | None = typer.Option(
-        None, "--data-dir", "-d", help="The volume's mount here: check its store and worker status files."
-    ),
-    device: str = typer.Option("/dev/sdf", "--device", help="Device name on the target instance."),
-    stop_worker: bool = typer.Option(
-        False, "--stop-worker", metavar="", help="SIGTERM the partition's live worker and wait."
-    ),
-    unmount: bool = typer.Option(
-        False, "--unmount", metavar="", help="umount the data directory's filesystem before detaching."
-    ),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", metavar="", help="Run the checks and print the plan; change nothing."
-    ),
-    timeout: float = typer.Option(300.0, "--timeout", help="Seconds to wait for each detach/attach."),
-    poll_interval: float = typer.Option(2.0, "--poll-interval", help="Seconds between EC2 state checks."),
-    endpoint_url: str | None = EndpointOption,
-    region: str | None = RegionOption,
-    json_output: bool = JsonOption,
-) -> None:
-    """Move a partition's EBS volume to another instance: check, (stop the worker,) detach, attach.
-
-    Example: dedupectl reattach --partition 3 --volume vol-0abc --to-instance i-0def -d /var/lib/dedupectl
-    """
-    request = ReattachRequest(
-        partition=partition,
-        volume_id=volume,
-        to_instance=to_instance,
-        topic=topic,
-        data_dir=data_dir,
-        device=device,
-        stop_worker=stop_worker,
-        unmount=unmount,
-        dry_run=dry_run,
-        timeout_s=timeout,
-        poll_s=poll_interval,
-    )
-    with _json_errors(json_output):
-        result = reattach_volume(request, aws=_aws(endpoint_url, region), on_step=_print_step)
-    if json_output:
-        print_json(result)
-        return
-    title = "reattach plan (dry run)" if result.dry_run else f"reattached in {result.total_seconds:.1f}s"
-    print_table(
-        f"{title}: {result.volume_id} {result.from_instance or '-'} -> {result.to_instance}",
-        ["step", "status", "seconds", "detail"],
-        [(s.name, s.status, f"{s.seconds:.2f}", s.detail) for s in result.steps],
-    )
-
-
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("reattach", cls=JsonErrorsCommand)(reattach)
