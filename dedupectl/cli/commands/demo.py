@@ -8,7 +8,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dedupectl.cli.common import JsonOption, setup_logging
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, err_console, print_json
 from dedupectl.demo import run_demo
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker, ensure_kafka_libs
 
@@ -21,7 +22,6 @@ dev_app.add_typer(broker_app, name="broker")
 STATE_DIR_OPTION = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", help="Folder holding the broker's config, data, logs and broker.json."
 )
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON for scripts instead of text.")
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +34,7 @@ def start(
     state_dir: Path = STATE_DIR_OPTION,
     heap_mb: int = typer.Option(512, "--heap-mb", min=128, help="JVM heap of the broker, in MiB."),
     timeout: float = typer.Option(90, "--timeout", min=1, help="Seconds to wait for the broker to serve."),
-    json_output: bool = JSON_OPTION,
+    json_output: bool = JsonOption,
 ) -> None:
     """Start the broker in the background (or find it running) and print its bootstrap servers.
 
@@ -72,7 +72,7 @@ def stop(
 
 
 @broker_app.command("status")
-def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JSON_OPTION) -> None:
+def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JsonOption) -> None:
     """Show whether the broker runs, its pid and bootstrap servers; exits 1 when it does not run.
 
     Example: dedupectl dev broker status --json
@@ -87,7 +87,7 @@ def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JSON_OPTION) 
 
 
 @dev_app.command("fetch-kafka")
-def fetch_kafka(json_output: bool = JSON_OPTION) -> None:
+def fetch_kafka(json_output: bool = JsonOption) -> None:
     """Resolve the broker's jars from Maven Central into the local cache (done by `start` when needed).
 
     Example: DEDUPECTL_CACHE_DIR=/tmp/cache dedupectl dev fetch-kafka

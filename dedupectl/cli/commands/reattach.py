@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from dedupectl.cli.commands.snapshot import EndpointOption, RegionOption, _aws, print_table
-from dedupectl.cli.common import JsonOption
+from dedupectl.cli.commands.snapshot import print_table
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
+from dedupectl.cli.options import CheckedDataDirOption, EndpointOption, JsonOption, RegionOption
 from dedupectl.cli.output import err_console, print_json
+from snapshots.backends import AwsOptions
 from snapshots.reattach import ReattachRequest, Step, reattach_volume
 
 
@@ -23,9 +24,7 @@ def reattach(
     volume: str = typer.Option(..., "--volume", help="EBS volume id (vol-…)."),
     to_instance: str = typer.Option(..., "--to-instance", help="Instance to attach it to (i-…)."),
     topic: str | None = typer.Option(None, "--topic", "-t", help="Input topic (checked against the volume's tag)."),
-    data_dir: Path | None = typer.Option(
-        None, "--data-dir", "-d", help="The volume's mount here: check its store and worker status files."
-    ),
+    data_dir: Path | None = CheckedDataDirOption,
     device: str = typer.Option("/dev/sdf", "--device", help="Device name on the target instance."),
     stop_worker: bool = typer.Option(
         False, "--stop-worker", metavar="", help="SIGTERM the partition's live worker and wait."
@@ -60,7 +59,7 @@ def reattach(
         poll_s=poll_interval,
     )
     with json_errors(json_output):
-        result = reattach_volume(request, aws=_aws(endpoint_url, region), on_step=_print_step)
+        result = reattach_volume(request, aws=AwsOptions(region=region, endpoint_url=endpoint_url), on_step=_print_step)
     if json_output:
         print_json(result)
         return

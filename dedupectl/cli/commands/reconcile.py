@@ -8,13 +8,17 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from dedupectl.cli.common import (
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import (
     BootstrapOption,
+    ConfigDataDirOption,
     ConfigOption,
+    InputTopicOption,
     JsonOption,
     KafkaSettingOption,
+    LogLevelOption,
+    OutputTopicOption,
     parse_kafka_settings,
-    setup_logging,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.config import resolve_worker_config
@@ -47,11 +51,11 @@ def reconcile(
     samples: int = typer.Option(10, "--samples", help="Ids shown per kind of difference."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input (names stores)."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The topic to compare with."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    data_dir: Path | None = ConfigDataDirOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
-    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+    log_level: str = LogLevelOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Compare partition stores with the output topic; with --apply, repair them.

@@ -24,12 +24,18 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from dedupectl.cli.common import JsonOption
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
+from dedupectl.cli.options import (
+    DataDirOption,
+    EndpointOption,
+    JsonOption,
+    RegionOption,
+    RestoreDataDirOption,
+    StoreTopicOption,
+)
 from dedupectl.cli.output import console, err_console, print_json
 from dedupectl.errors import ConfigError
 from snapshots.backends import AwsOptions
-from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
 from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
 from snapshots.create import create_snapshots
 from snapshots.restore import restore_snapshot, restore_volume
@@ -39,27 +45,10 @@ snapshot_app = typer.Typer(
     help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
 )
 
-DataDirOption = typer.Option(
-    Path("dedupectl-data"), "--data-dir", "-d", envvar="DEDUPECTL_DATA_DIR", help="Where partition stores live."
-)
-TopicOption = typer.Option(None, "--topic", "-t", help="Input topic (default: the only one in the data directory).")
 FromOption = typer.Option(
     None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
 )
-
-
-def _endpoint(value: str | None) -> str | None:
-    # an option's error, not boto3's ValueError at the first call (which would surface as a bug, exit 70)
-    return None if value is None else check_endpoint_url(value, "--endpoint-url")
-
-
-EndpointOption = typer.Option(
-    None,
-    "--endpoint-url",
-    callback=_endpoint,
-    help=f"AWS endpoint for S3 and EC2, http(s)://host[:port] (or {S3_ENDPOINT_ENV} / AWS_ENDPOINT_URL).",
-)
-RegionOption = typer.Option(None, "--region", help="AWS region (or AWS_DEFAULT_REGION).")
+OnePartitionOption = typer.Option(None, "--partition", "-p", help="Only this partition.")
 
 
 class _BinarySpeedColumn(ProgressColumn):
@@ -182,10 +171,6 @@ def _human_age(seconds: float | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def _aws(endpoint_url: str | None, region: str | None) -> AwsOptions:
-    return AwsOptions(region=region, endpoint_url=endpoint_url)
-
-
 @snapshot_app.command("create", cls=JsonErrorsCommand)
 def create(
     partition: list[int] | None = typer.Option(None, "--partition", "-p", help="Partition to snapshot (repeatable)."),
@@ -199,7 +184,7 @@ def create(
     ),
     mkdir: bool = typer.Option(False, "--mkdir", metavar="", help="Create the --to directory if it does not exist."),
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
+    topic: str | None = StoreTopicOption,
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for a live worker to take the checkpoint."),
     endpoint_url: str | None = EndpointOption,
     region: str | None = RegionOption,
@@ -222,7 +207,7 @@ def create(
             partitions=None if all_partitions else list(partition or []),
             destination=to,
             create_destination=mkdir,
-            aws=_aws(endpoint_url, region),
+            aws=AwsOptions(region=region, endpoint_url=endpoint_url),
             wait_s=wait,
             progress=RichTransferProgress(),
         )
@@ -251,8 +236,8 @@ def create(
 def list_(
     source: str | None = FromOption,
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: int | None = typer.Option(None, "--partition", "-p", help="Only this partition."),
+    topic: str | None = StoreTopicOption,
+    partition: int | None = OnePartitionOption,
     endpoint_url: str | None = EndpointOption,
     region: str | None = RegionOption,
     json_output: bool = JsonOption,
@@ -261,7 +246,7 @@ def list_(
 
     Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
     """
-    aws = _aws(endpoint_url, region)
+    aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     with json_errors(json_output):
         infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=aws)
         note = None
@@ -317,7 +302,11 @@ def verify(
     """
     with json_errors(json_output):
         report = verify_snapshot(
-            source, snapshot_id, data_dir=data_dir, aws=_aws(endpoint_url, region), progress=RichTransferProgress()
+            source,
+            snapshot_id,
+            data_dir=data_dir,
+            aws=AwsOptions(region=region, endpoint_url=endpoint_url),
+            progress=RichTransferProgress(),
         )
     if json_output:
         print_json({**asdict(report), "ok": report.ok})
@@ -340,9 +329,7 @@ def verify(
 def restore(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
     source: str | None = FromOption,
-    data_dir: Path | None = typer.Option(
-        None, "--data-dir", "-d", envvar="DEDUPECTL_DATA_DIR", help="Data directory to restore the store into."
-    ),
+    data_dir: Path | None = RestoreDataDirOption,
     replace: bool = typer.Option(
         False, "--replace", metavar="", help="Move an existing (stopped) store aside and replace it."
     ),
@@ -359,7 +346,7 @@ def restore(
 
     Example: dedupectl snapshot restore events-3-20260101T120000.000Z --from s3://backups/dedupectl -d /data
     """
-    aws = _aws(endpoint_url, region)
+    aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     if availability_zone is not None:
         with json_errors(json_output):
             volume = restore_volume(source or "ebs:", snapshot_id, availability_zone, aws=aws)
@@ -410,8 +397,8 @@ def prune(
     keep: int | None = typer.Option(None, "--keep", help="Keep the newest N snapshots of each partition."),
     older_than: str | None = typer.Option(None, "--older-than", help="Delete snapshots older than this (7d, 12h)."),
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: int | None = typer.Option(None, "--partition", "-p", help="Only this partition."),
+    topic: str | None = StoreTopicOption,
+    partition: int | None = OnePartitionOption,
     dry_run: bool = typer.Option(False, "--dry-run", metavar="", help="Show what would be deleted; delete nothing."),
     endpoint_url: str | None = EndpointOption,
     region: str | None = RegionOption,
@@ -434,7 +421,7 @@ def prune(
             topic=topic,
             partition=partition,
             dry_run=dry_run,
-            aws=_aws(endpoint_url, region),
+            aws=AwsOptions(region=region, endpoint_url=endpoint_url),
         )
     if json_output:
         print_json(result)

@@ -9,13 +9,20 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from dedupectl.cli.common import (
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import (
     BootstrapOption,
+    CheckedDataDirOption,
+    ConfigDataDirOption,
     ConfigOption,
+    InputTopicOption,
     JsonOption,
     KafkaSettingOption,
+    LogLevelOption,
+    OutputTopicOption,
+    PartitionsOption,
+    ValueFormatOption,
     parse_kafka_settings,
-    setup_logging,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.config import WorkerConfig, resolve_worker_config
@@ -35,13 +42,8 @@ SparkKafkaOption = typer.Option(
     "--spark-kafka-option",
     help="A Java Kafka client setting for Spark's Kafka source, key=value (repeatable), e.g. security.protocol=SSL.",
 )
-PartitionOption = typer.Option(None, "--partition", "-p", help="Partition to include (repeatable; default: all).")
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
-LogLevelOption = typer.Option("warning", "--log-level", help="debug, info, warning or error.")
-InputTopicOption = typer.Option(None, "--input-topic", "-i", help="The worker's input topic.")
-OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker's output topic.")
-ValueFormatOption = typer.Option(None, "--value-format", help="json or raw, as the worker runs.")
 IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
 _FILES = "(archived files)"
 
@@ -132,7 +134,7 @@ def _run_job(run, request, settings: SparkSettings):
 
 
 def audit(
-    partition: list[int] | None = PartitionOption,
+    partition: list[int] | None = PartitionsOption,
     start: str | None = FromOption,
     stop: str | None = ToOption,
     output_start: str | None = typer.Option(
@@ -295,13 +297,11 @@ def _render_audit(report) -> None:
 
 
 def replay(
-    partition: list[int] | None = PartitionOption,
+    partition: list[int] | None = PartitionsOption,
     start: str | None = FromOption,
     stop: str | None = ToOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Find what the output lacks; produce nothing."),
-    data_dir: Path | None = typer.Option(
-        None, "--data-dir", "-d", help="Also check the partitions' stores here for ids the worker would drop."
-    ),
+    data_dir: Path | None = CheckedDataDirOption,
     samples: int = typer.Option(5, "--samples", help="Replayed ids shown per partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
@@ -422,14 +422,14 @@ def _render_replay(report) -> None:
 
 def rebuild(
     partition: int = typer.Option(..., "--partition", "-p", help="The partition whose store to build."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    data_dir: Path | None = ConfigDataDirOption,
     replace: bool = typer.Option(
         False, "--replace", help="Move an existing store aside (to <store>.replaced-<time>) instead of refusing."
     ),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input (names stores)."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The topic to build from."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,

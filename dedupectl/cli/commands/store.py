@@ -15,7 +15,14 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from dedupectl.cli.common import JsonOption
+from dedupectl.cli.options import (
+    DataDirOption,
+    JsonOption,
+    MaxBytesOption,
+    MaxKeysOption,
+    PartitionsOption,
+    StoreTopicOption,
+)
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy
@@ -26,18 +33,6 @@ from store.operations import age_stores, compact_stores, list_sst, lookup_ids
 from store.selection import StoreRef, partitions_without_store, select_stores
 from store.sizes import format_duration, format_size, parse_duration, parse_size
 from store.window import WindowInfo, read_windows
-
-DataDirOption = typer.Option(
-    Path("dedupectl-data"),
-    "--data-dir",
-    "-d",
-    envvar="DEDUPECTL_DATA_DIR",
-    help="The worker's data directory (or DEDUPECTL_DATA_DIR).",
-)
-TopicOption = typer.Option(
-    None, "--topic", "-t", help="Input topic of the stores (needed when the data directory holds several)."
-)
-PartitionOption = typer.Option(None, "--partition", "-p", help="A partition (repeatable); default: every partition.")
 
 
 def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[StoreRef]:
@@ -63,12 +58,10 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 def age(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
-    max_keys: int | None = typer.Option(None, "--max-keys", help="Keep at most this many ids per partition."),
-    max_bytes: str | None = typer.Option(
-        None, "--max-bytes", help="Keep at most this much SST data per partition, e.g. 40GiB or 500MB."
-    ),
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
+    max_keys: int | None = MaxKeysOption,
+    max_bytes: str | None = MaxBytesOption,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Only say how many ids would go and the window left (works while the worker runs)."
     ),
@@ -144,8 +137,8 @@ def _window_json(info: WindowInfo, floor: float | None) -> dict:
 
 def window(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     minimum: str | None = typer.Option(
         None, "--min", help="Exit 1 when any partition's window is shorter than this, e.g. 24h (for alerting)."
     ),
@@ -271,8 +264,8 @@ def _print_stats(stats: StoreStats) -> None:
 
 def stats(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
     """RocksDB's per-level compaction table per column family, estimated keys, sizes and bloom-filter usefulness.
@@ -309,8 +302,8 @@ _FAMILY_NAMES = ", ".join(COLUMN_FAMILIES[:-1]) + f" or {COLUMN_FAMILIES[-1]}"  
 
 def sst(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     json_output: bool = JsonOption,
 ) -> None:
@@ -375,8 +368,8 @@ _JOB_COLUMNS += ["keys in", "dropped", "seconds"]
 
 def compactions(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     last: int = typer.Option(20, "--last", "-n", help="How many recent jobs per partition."),
     family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     kind: list[str] | None = typer.Option(
@@ -426,8 +419,8 @@ def compactions(
 def lookup(
     ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID..."),
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Is this id in the window? Its partition, sequence number, record timestamp and age.
@@ -460,8 +453,8 @@ def lookup(
 
 def compact(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Compact a stopped store: drop aged-out files, merge small ones, clear the tombstones aging left.
