@@ -39,7 +39,7 @@ from snapshots.backends import AwsOptions
 from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
 from snapshots.create import create_snapshots
 from snapshots.restore import restore_snapshot, restore_volume
-from store.sizes import parse_duration
+from store.sizes import format_duration, format_size, parse_duration
 
 snapshot_app = typer.Typer(
     help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
@@ -56,7 +56,7 @@ class _BinarySpeedColumn(ProgressColumn):
 
     def render(self, task) -> Text:
         speed = task.finished_speed or task.speed
-        return Text("?" if speed is None else f"{_human_bytes(int(speed))}/s", style="progress.data.speed")
+        return Text("?" if speed is None else f"{format_size(int(speed))}/s", style="progress.data.speed")
 
 
 class RichTransferProgress:
@@ -105,7 +105,7 @@ class RichTransferProgress:
                 if now - self._last_line < self.PLAIN_EVERY_S:
                     return
                 self._last_line = now
-                text = f"{self._label}: {_human_bytes(self._done)} of {_human_bytes(self._total)}"
+                text = f"{self._label}: {format_size(self._done)} of {format_size(self._total)}"
             self._line(text)
             return
         if self._task is not None:
@@ -117,7 +117,7 @@ class RichTransferProgress:
                 if not self._label:
                     return
                 seconds = time.monotonic() - self._started
-                text = f"{self._label}: {_human_bytes(self._total)} in {seconds:.1f}s"
+                text = f"{self._label}: {format_size(self._total)} in {seconds:.1f}s"
                 self._label = ""
             if seconds >= self.PLAIN_EVERY_S:
                 self._line(text)
@@ -147,28 +147,6 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
         return
     needed = Measurement.get(console, console.options.update(width=10_000), table).maximum
     Console(width=max(needed, console.width), highlight=False).print(table)
-
-
-def _human_bytes(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{count} B"
-
-
-def _human_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(seconds, 0)
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
 
 
 @snapshot_app.command("create", cls=JsonErrorsCommand)
@@ -223,8 +201,8 @@ def create(
                 c.partition,
                 f"{c.input_offset} / {c.output_offset}",
                 f"{c.id_count:,}",
-                _human_bytes(c.total_bytes),
-                _human_age(c.effective_window_s),
+                format_size(c.total_bytes),
+                format_duration(c.effective_window_s),
                 c.location,
             )
             for c in created
@@ -272,8 +250,8 @@ def list_(
                 i.partition,
                 f"{i.input_offset} / {i.output_offset}",
                 f"{i.id_count:,}",
-                _human_bytes(i.total_bytes),
-                _human_age(now - i.created_ms / 1000),
+                format_size(i.total_bytes),
+                format_duration(max(now - i.created_ms / 1000, 0)),  # a snapshot host whose clock runs ahead
                 _state(i),
             )
             for i in infos
@@ -315,7 +293,7 @@ def verify(
             ("snapshot", report.snapshot_id),
             ("location", report.location),
             ("files checked", report.files_checked),
-            ("bytes checked", _human_bytes(report.bytes_checked)),
+            ("bytes checked", format_size(report.bytes_checked)),
             ("result", "ok" if report.ok else f"{len(report.problems)} problem(s)"),
             *(("problem", problem) for problem in report.problems),
         ]
@@ -382,7 +360,7 @@ def restore(
         ("store", result.store_path),
         ("partition", f"{result.topic}[{result.partition}]"),
         ("ids", f"{result.id_count:,}"),
-        ("files verified", f"{result.files} ({_human_bytes(result.total_bytes)})"),
+        ("files verified", f"{result.files} ({format_size(result.total_bytes)})"),
         ("output offset", f"{result.output_offset}: the worker recovers from here on start"),
         ("seconds", f"{result.seconds:.1f}"),
     ]

@@ -29,6 +29,7 @@ from dedupectl.config import WorkerConfig, resolve_worker_config
 from dedupectl.errors import ConfigError
 from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
 from reconcile.ranges import FORMS, parse_bound
+from store.sizes import format_duration, format_size
 
 MasterOption = typer.Option(
     DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
@@ -255,7 +256,7 @@ def _render_audit(report) -> None:
         )
         for p in report.partitions
     ]
-    window = "whole range" if report.window_ms is None else f"{report.window_ms / 3_600_000:g}h"
+    window = "whole range" if report.window_ms is None else format_duration(report.window_ms / 1000)
     print_table(
         f"audit {report.input} → {report.output} (window: {window})",
         ["partition", "input", "distinct ids", "output", "duplicates", "losses", "extras", "status"],
@@ -500,7 +501,7 @@ def _render_rebuild(report) -> None:
                 f"{report.records_read:,}",
                 f"{report.ids:,}",
                 f"{report.duplicate_records:,}",
-                f"{report.files} ({report.sst_bytes / 1e6:,.1f} MB)",
+                f"{report.files} ({format_size(report.sst_bytes)})",
                 f"{state.next_seq:,}",
             )
         ],
