@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from dedupectl.cli.logs import setup_logging
 from dedupectl.cli.options import (
@@ -20,7 +18,8 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     parse_kafka_settings,
 )
-from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
+from dedupectl.cli.output import console, print_error, print_json, print_table
+from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
 from reconcile.ranges import FORMS, parse_bound
@@ -95,8 +94,8 @@ def reconcile(
         sample_size=samples,
     )
     try:
-        with _ProgressBars() as bars:
-            report = run_reconcile(request, progress=bars)
+        with ProgressDisplay(transient=False) as display:
+            report = run_reconcile(request, progress=PartitionBars(display))
     except KeyboardInterrupt:
         print_error("interrupted: each batch was written whole, so the stores are consistent; run again to finish")
         raise typer.Exit(130) from None
@@ -105,45 +104,6 @@ def reconcile(
     else:
         _render(report)
     raise typer.Exit(report.exit_code)
-
-
-class _ProgressBars:
-    """One bar per partition on stderr (records, rate, ETA); silent when stderr is not a terminal."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(
-            TextColumn("partition {task.fields[partition]}"),
-            BarColumn(),
-            TextColumn("{task.fields[records]:>12,} records"),
-            TextColumn("{task.fields[rate]:>10,.0f}/s"),
-            TimeRemainingColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        )
-        self._tasks: dict[int, tuple[TaskID, int, float]] = {}
-
-    def __enter__(self) -> _ProgressBars:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def started(self, partition: int, offsets) -> None:
-        task = self._progress.add_task(
-            "", total=max(offsets.stop - offsets.start, 1), partition=partition, records=0, rate=0.0
-        )
-        self._tasks[partition] = (task, offsets.start, time.monotonic())
-
-    def advanced(self, partition: int, position: int, records: int) -> None:
-        task, start, began = self._tasks[partition]
-        rate = records / max(time.monotonic() - began, 1e-6)
-        self._progress.update(task, completed=position - start, records=records, rate=rate)
-
-    def finished(self, partition: int, report: PartitionReport) -> None:
-        task, _, _ = self._tasks[partition]
-        total = self._progress.tasks[task].total
-        self._progress.update(task, completed=total, records=report.records_scanned)
 
 
 def _as_dict(report: ReconcileReport) -> dict:

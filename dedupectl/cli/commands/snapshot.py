@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
@@ -12,17 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.measure import Measurement
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    ProgressColumn,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-)
 from rich.table import Table
-from rich.text import Text
 
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import (
@@ -33,7 +22,8 @@ from dedupectl.cli.options import (
     RestoreDataDirOption,
     StoreTopicOption,
 )
-from dedupectl.cli.output import console, err_console, print_json
+from dedupectl.cli.output import console, print_json
+from dedupectl.cli.progress import transfers
 from dedupectl.errors import ConfigError
 from snapshots.backends import AwsOptions
 from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
@@ -49,83 +39,6 @@ FromOption = typer.Option(
     None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
 )
 OnePartitionOption = typer.Option(None, "--partition", "-p", help="Only this partition.")
-
-
-class _BinarySpeedColumn(ProgressColumn):
-    """Rate in MiB/s: the same unit as the sizes in the bar and in the tables."""
-
-    def render(self, task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("?" if speed is None else f"{format_size(int(speed))}/s", style="progress.data.speed")
-
-
-class RichTransferProgress:
-    """Bytes, rate and ETA on stderr, so --json stdout stays clean. When stderr is not a terminal (a log, a
-    pipe), plain lines instead of a bar, for long steps only: one every PLAIN_EVERY_S, and one at the end of a
-    step that took that long (a quick command's stderr stays empty, or holds just its error line)."""
-
-    PLAIN_EVERY_S = 10.0
-
-    def __init__(self) -> None:
-        self._plain = not err_console.is_terminal
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            _BinarySpeedColumn(),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._task: TaskID | None = None
-        self._lock = threading.Lock()  # advance() comes from several transfer threads
-        self._label, self._total, self._done = "", 0, 0
-        self._started = self._last_line = 0.0
-
-    def _line(self, text: str) -> None:
-        err_console.print(text, highlight=False, markup=False, soft_wrap=True)
-
-    def start(self, label: str, total_bytes: int) -> None:
-        if self._plain:
-            with self._lock:
-                self._label, self._total, self._done = label, total_bytes, 0
-                self._started = self._last_line = time.monotonic()
-            return
-        if self._task is None:
-            self._progress.start()
-        else:
-            self._progress.remove_task(self._task)
-        self._task = self._progress.add_task(label, total=max(total_bytes, 1))
-
-    def advance(self, nbytes: int) -> None:
-        if self._plain:
-            with self._lock:
-                self._done += nbytes
-                now = time.monotonic()
-                if now - self._last_line < self.PLAIN_EVERY_S:
-                    return
-                self._last_line = now
-                text = f"{self._label}: {format_size(self._done)} of {format_size(self._total)}"
-            self._line(text)
-            return
-        if self._task is not None:
-            self._progress.advance(self._task, nbytes)
-
-    def finish(self) -> None:
-        if self._plain:
-            with self._lock:
-                if not self._label:
-                    return
-                seconds = time.monotonic() - self._started
-                text = f"{self._label}: {format_size(self._total)} in {seconds:.1f}s"
-                self._label = ""
-            if seconds >= self.PLAIN_EVERY_S:
-                self._line(text)
-            return
-        if self._task is not None:
-            self._progress.remove_task(self._task)
-            self._task = None
-            self._progress.stop()
 
 
 ID_COLUMNS = frozenset({"id", "snapshot", "location"})
@@ -174,7 +87,7 @@ def create(
 
     Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
     """
-    with json_errors(json_output):
+    with json_errors(json_output), transfers() as progress:
         if bool(partition) == all_partitions:
             raise ConfigError(
                 "pass --partition P (repeatable) or --all", "e.g. dedupectl snapshot create --partition 3"
@@ -187,7 +100,7 @@ def create(
             create_destination=mkdir,
             aws=AwsOptions(region=region, endpoint_url=endpoint_url),
             wait_s=wait,
-            progress=RichTransferProgress(),
+            progress=progress,
         )
     if json_output:
         print_json(created)
@@ -278,13 +191,13 @@ def verify(
 
     Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
     """
-    with json_errors(json_output):
+    with json_errors(json_output), transfers() as progress:
         report = verify_snapshot(
             source,
             snapshot_id,
             data_dir=data_dir,
             aws=AwsOptions(region=region, endpoint_url=endpoint_url),
-            progress=RichTransferProgress(),
+            progress=progress,
         )
     if json_output:
         print_json({**asdict(report), "ok": report.ok})
@@ -349,9 +262,8 @@ def restore(
     with json_errors(json_output):
         if data_dir is None:
             raise ConfigError("restore needs --data-dir (or DEDUPECTL_DATA_DIR)", "where to place the store")
-        result = restore_snapshot(
-            source, snapshot_id, data_dir, replace=replace, aws=aws, progress=RichTransferProgress()
-        )
+        with transfers() as progress:
+            result = restore_snapshot(source, snapshot_id, data_dir, replace=replace, aws=aws, progress=progress)
     if json_output:
         print_json(result)
         return

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from dedupectl.cli.logs import setup_logging
 from dedupectl.cli.options import (
@@ -25,6 +24,7 @@ from dedupectl.cli.options import (
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
+from dedupectl.cli.progress import JobSteps, ProgressDisplay
 from dedupectl.config import WorkerConfig, resolve_worker_config
 from dedupectl.errors import ConfigError
 from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
@@ -47,39 +47,6 @@ FromOption = typer.Option(None, "--from", help=f"First input offset or time, inc
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
 IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
 _FILES = "(archived files)"
-
-
-class _Progress:
-    """The job's step and Spark's tasks on stderr; silent when stderr is not a terminal."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} tasks"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-            transient=True,
-        )
-        self._task = self._progress.add_task("preparing", total=None)
-
-    def __enter__(self) -> _Progress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def notify(self, message: str) -> None:
-        self._progress.update(self._task, description=message, completed=0, total=None)
-
-    def step(self, description: str) -> None:
-        self._progress.update(self._task, description=description, completed=0, total=None)
-
-    def tasks(self, completed: int, total: int) -> None:
-        self._progress.update(self._task, completed=completed, total=total)
 
 
 def _job_args(command: str) -> list[str]:
@@ -124,8 +91,9 @@ def _finish(log_file: Path | None, seconds: float) -> None:
 def _run_job(run, request, settings: SparkSettings):
     """Run a job with its progress on stderr; Ctrl-C cancels it (exit 130)."""
     try:
-        with _Progress() as progress:
-            return run(request, settings, sink=progress, notify=progress.notify)
+        with ProgressDisplay() as display:
+            steps = JobSteps(display)
+            return run(request, settings, sink=steps, notify=steps.notify)
     except KeyboardInterrupt:
         print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
         raise typer.Exit(130) from None
