@@ -6,10 +6,9 @@ from pathlib import Path
 
 import typer
 
-from dedupectl.cli.commands.snapshot import print_table
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import CheckedDataDirOption, EndpointOption, JsonOption, RegionOption
-from dedupectl.cli.output import err_console, print_json
+from dedupectl.cli.output import err_console, print_json, print_table
 from snapshots.backends import AwsOptions
 from snapshots.reattach import ReattachRequest, Step, reattach_volume
 

@@ -160,7 +160,7 @@ def _render(report: ReconcileReport) -> None:
             for s in p.samples.duplicates
         ]
     if sample_rows:
-        print_table("samples", ["partition", "kind", "id", "where"], sample_rows)
+        print_table("samples", ["partition", "kind", "id", "where"], sample_rows, whole=("id",))
     for p in report.partitions:
         notes = [
             (p.older_than_window, "ids older than the store's window (aged out, as designed)"),

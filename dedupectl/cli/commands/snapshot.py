@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.console import Console
-from rich.measure import Measurement
-from rich.table import Table
 
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import (
@@ -22,7 +17,7 @@ from dedupectl.cli.options import (
     RestoreDataDirOption,
     StoreTopicOption,
 )
-from dedupectl.cli.output import console, print_json
+from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import transfers
 from dedupectl.errors import ConfigError
 from snapshots.backends import AwsOptions
@@ -39,27 +34,6 @@ FromOption = typer.Option(
     None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
 )
 OnePartitionOption = typer.Option(None, "--partition", "-p", help="Only this partition.")
-
-
-ID_COLUMNS = frozenset({"id", "snapshot", "location"})
-
-
-def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """A table whose ids and locations are never wrapped: on a terminal they stay whole (other columns give
-    way); piped, the table takes the width it needs, so a script's grep finds whole ids."""
-    table = Table(title=title, title_justify="left")
-    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
-    for index, column in enumerate(columns):
-        widest = max((len(row[index]) for row in cells), default=0)
-        whole = column in ID_COLUMNS
-        table.add_column(column, overflow="fold", no_wrap=whole, min_width=widest if whole else None)
-    for row in cells:
-        table.add_row(*row)
-    if console.is_terminal:
-        console.print(table)
-        return
-    needed = Measurement.get(console, console.options.update(width=10_000), table).maximum
-    Console(width=max(needed, console.width), highlight=False).print(table)
 
 
 @snapshot_app.command("create", cls=JsonErrorsCommand)
@@ -120,6 +94,7 @@ def create(
             )
             for c in created
         ],
+        whole=("id", "location"),
     )
 
 
@@ -156,11 +131,10 @@ def list_(
     now = time.time()
     print_table(
         f"snapshots in {source or data_dir / 'snapshots'}",
-        ["id", "partition", "offsets in / out", "ids", "size", "age", "state"],
+        ["id", "offsets in / out", "ids", "size", "age", "state"],  # the id names topic and partition
         [
             (
                 i.snapshot_id,
-                i.partition,
                 f"{i.input_offset} / {i.output_offset}",
                 f"{i.id_count:,}",
                 format_size(i.total_bytes),
@@ -169,6 +143,7 @@ def list_(
             )
             for i in infos
         ],
+        whole=("id",),
     )
 
 
@@ -257,6 +232,7 @@ def restore(
                     f"snapshot restore {snapshot_id} --from <mount>/snapshots",
                 )
             ],
+            whole=("snapshot", "EBS snapshot", "volume"),
         )
         return
     with json_errors(json_output):
@@ -320,7 +296,8 @@ def prune(
     rows = [(verb, i.snapshot_id, i.partition, i.location) for i in result.deleted]
     rows += [(f"{verb} (incomplete)", name, "", "") for name in result.incomplete_deleted]
     rows += [("kept", i.snapshot_id, i.partition, i.location) for i in result.kept]
-    print_table(f"snapshot prune: {len(result.deleted)} {verb}", ["action", "id", "partition", "location"], rows)
+    title = f"snapshot prune: {len(result.deleted)} {verb}"
+    print_table(title, ["action", "id", "partition", "location"], rows, whole=("id", "location"))
 
 
 def register(app: typer.Typer) -> None:

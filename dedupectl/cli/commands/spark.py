@@ -243,6 +243,7 @@ def _render_audit(report) -> None:
                 )
                 for s in report.samples
             ],
+            whole=("id",),
         )
     copies, dead = report.total("duplicate_records"), report.total("dead_letters")
     if copies:
@@ -367,6 +368,7 @@ def _render_replay(report) -> None:
             "samples",
             ["partition", "id", "input offset"],
             [(s.partition, s.id.decode("utf-8", "backslashreplace"), s.offset) for s in report.samples],
+            whole=("id",),
         )
     missing, replayed = report.total("missing"), report.total("replayed")
     if report.dry_run:

@@ -31,7 +31,7 @@ from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
 from store.inspect_stats import StoreStats, store_stats
 from store.operations import age_stores, compact_stores, list_sst, lookup_ids
 from store.selection import StoreRef, partitions_without_store, select_stores
-from store.sizes import format_duration, format_size, parse_duration, parse_size
+from store.sizes import format_age, format_duration, format_size, parse_duration, parse_size
 from store.window import WindowInfo, read_windows
 
 
@@ -40,9 +40,14 @@ def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> li
 
 
 def _when(timestamp_ms: int | None) -> str:
+    """A record timestamp to the minute, in UTC: ``2026-11-24 12:30Z`` (--json has the milliseconds)."""
     if timestamp_ms is None:
         return "-"
-    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%MZ")
+
+
+def _age_seconds(timestamp_ms: int | None) -> float | None:
+    return None if timestamp_ms is None else time.time() - timestamp_ms / 1000
 
 
 def _count(value: int | None) -> str:
@@ -165,9 +170,8 @@ def window(
         records += [{"topic": refs[0].topic, "partition": p, "no_store": True} for p in missing]
         print_json(sorted(records, key=lambda record: record["partition"]))
     else:
-        columns = ["partition", "ids", "ids/h", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq"]
-        columns.append("newest")
-        columns.append("window")
+        # the oldest id's age is the window, the newest seq the oldest's plus the ids: --json has all four
+        columns = ["partition", "ids", "ids/h", "on disk", "B/id", "oldest seq", "newest", "window"]
         if floor is not None:
             columns.append(f"≥ {format_duration(floor)}")
         rows = []
@@ -179,9 +183,7 @@ def window(
                 format_size(info.disk_bytes),
                 _number(info.bytes_per_id),
                 _count(info.oldest_seq),
-                _when(info.oldest_ts_ms),
-                _count(info.newest_seq),
-                _when(info.newest_ts_ms),
+                format_age(_age_seconds(info.newest_ts_ms)),
                 format_duration(info.window_seconds) if info.window_seconds is not None else "empty",
             ]
             if floor is not None:
@@ -209,8 +211,9 @@ def window(
 # -- stats -----------------------------------------------------------------------------------------------
 
 
-_STATS_COLUMNS = ["Level", "Files", "Size", "Score", "Read(GB)", "Write(GB)", "W-Amp", "Comp(sec)", "Comp(cnt)"]
-_STATS_COLUMNS += ["KeyIn", "KeyDrop"]
+# RocksDB's own headers, with a space where a narrow column may break them
+_STATS_COLUMNS = ["Level", "Files", "Size", "Score", "Read (GB)", "Write (GB)", "W-Amp", "Comp (sec)"]
+_STATS_COLUMNS += ["Comp (cnt)", "KeyIn", "KeyDrop"]
 
 
 def _print_stats(stats: StoreStats) -> None:
@@ -337,6 +340,7 @@ def sst(
             )
             for row in rows
         ],
+        whole=("file",),
     )
 
 
@@ -423,7 +427,7 @@ def lookup(
     partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Is this id in the window? Its partition, sequence number, record timestamp and age.
+    """Is this id in the window? Its partition, sequence number and record timestamp (and age, with --json).
 
     Example: dedupectl lookup -d /var/lib/dedupectl ajs-8f3c2e1d0b9a47c6a5d4e3f2a1b0c9d8
     """
@@ -433,7 +437,7 @@ def lookup(
         return
     print_table(
         "lookup",
-        ["id", "partition", "in window", "seq", "timestamp", "age"],
+        ["id", "partition", "in window", "seq", "timestamp"],  # the age is in --json
         [
             (
                 r.id,
@@ -441,10 +445,10 @@ def lookup(
                 "yes" if r.in_window else "no",
                 _count(r.seq),
                 _when(r.timestamp_ms),
-                format_duration(r.age_seconds),
             )
             for r in results
         ],
+        whole=("id",),
     )
 
 
