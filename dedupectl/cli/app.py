@@ -13,6 +13,7 @@ import traceback
 import typer
 
 from dedupectl import __version__
+from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, setup_logging, use_log_format
 from dedupectl.cli.output import print_error
 from dedupectl.errors import DedupeError
 
@@ -55,8 +56,18 @@ def _global_options(
     version: bool = typer.Option(
         False, "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    log_format: LogFormat = typer.Option(
+        LogFormat.AUTO,
+        "--log-format",
+        envvar=LOG_FORMAT_ENV,
+        case_sensitive=False,
+        help="Log lines on stderr: rich on a terminal, else text (auto); text: one line per event; "
+        "json: one object per line.",
+    ),
 ) -> None:
     _state["debug"] = debug
+    use_log_format(log_format)
+    setup_logging("warning")  # commands with --log-level set their own level
 
 
 for _name in COMMAND_MODULES:

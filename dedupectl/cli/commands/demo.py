@@ -7,7 +7,6 @@ import logging
 import typer
 from rich.table import Table
 
-from dedupectl.cli.logs import setup_logging
 from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json
 from dedupectl.cli.progress import DemoSteps, ProgressDisplay
@@ -84,7 +83,6 @@ def demo(
 
     Example: dedupectl demo --count 200000
     """
-    setup_logging("warning")
     with ProgressDisplay() as display:
         steps = DemoSteps(display, count)
         result = run_demo(

@@ -21,6 +21,7 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     PartitionsOption,
     ValueFormatOption,
+    config_environment,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
@@ -76,7 +77,7 @@ def _settings(master: str, conf: list[str] | None, app_name: str) -> SparkSettin
 
 
 def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
-    return resolve_worker_config(config, flags=flags)
+    return resolve_worker_config(config, env=config_environment(), flags=flags)
 
 
 def _bound(text: str | None, option: str):
