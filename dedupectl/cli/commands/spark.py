@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
@@ -27,7 +28,6 @@ from dedupectl.cli.options import (
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.cli.progress import JobSteps, ProgressDisplay
 from dedupectl.config import WorkerConfig, resolve_worker_config
-from dedupectl.errors import ConfigError
 from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
 from reconcile.ranges import FORMS, parse_bound
 from store.sizes import format_duration, format_size
@@ -47,26 +47,10 @@ SparkKafkaOption = typer.Option(
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
 IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
-_FILES = "(archived files)"
-
-
-def _job_args(command: str) -> list[str]:
-    """This command's arguments as given, minus the options that only make sense here (for spark-submit)."""
-    argv = sys.argv[1:]
-    args = argv[argv.index(command) + 1 :] if command in argv else argv
-    kept, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--master":
-            skip = True
-        elif not arg.startswith("--master=") and arg != "--print-submit":
-            kept.append(arg)
-    return [command, *kept]
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
-    line, redacted = submit_plan(settings, _job_args(command))
+    line, redacted = submit_plan(settings, command, sys.argv[1:])
     console.print(line, soft_wrap=True, highlight=False, markup=False)
     if redacted:
         err_console.print("secrets were redacted (***): give them to the job with --config or the environment")
@@ -80,6 +64,10 @@ def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
     return resolve_worker_config(config, env=config_environment(), flags=flags)
 
 
+def _java_settings(pairs: list[str] | None) -> dict[str, str]:
+    return parse_conf(pairs, "--spark-kafka-option", "security.protocol=SSL")
+
+
 def _bound(text: str | None, option: str):
     return None if text is None else parse_bound(text, option)
 
@@ -89,15 +77,23 @@ def _finish(log_file: Path | None, seconds: float) -> None:
     err_console.print(f"done in {seconds:.1f}s{where}", highlight=False)
 
 
-def _run_job(run, request, settings: SparkSettings):
-    """Run a job with its progress on stderr; Ctrl-C cancels it (exit 130)."""
+def _run_and_show(run, request, settings: SparkSettings, json_output: bool, as_json, render):
+    """Run a job with its progress on stderr (Ctrl-C cancels it: exit 130), then show its report: as JSON
+    with where it ran and its Spark log, or rendered for people with the time it took. Returns the report."""
+    started = time.monotonic()
     try:
         with ProgressDisplay() as display:
             steps = JobSteps(display)
-            return run(request, settings, sink=steps, notify=steps.notify)
+            job = run(request, settings, sink=steps, notify=steps.notify)
     except KeyboardInterrupt:
         print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
         raise typer.Exit(130) from None
+    if json_output:
+        print_json({**as_json(job.result), "master": job.master, "spark_log": job.log_file})
+    else:
+        render(job.result)
+        _finish(job.log_file, time.monotonic() - started)
+    return job.result
 
 
 # -- audit ---------------------------------------------------------------------------------------------
@@ -146,69 +142,51 @@ def audit(
     # pyspark is imported only by the Spark commands: every other command starts without it
     from dedupectl.spark.audit import AuditRequest, parse_window
     from dedupectl.spark.audit import audit as run
-    from dedupectl.spark.sources import FILE_FORMATS, FileSource, TopicSource
+    from dedupectl.spark.audit_sides import audit_sides
 
     setup_logging(log_level)
     settings = _settings(master, conf, "dedupectl-audit")
     if print_submit:
         _print_submit(settings, "audit")
         return
-    if files_format not in FILE_FORMATS:
-        raise ConfigError(f"--files-format must be one of {', '.join(FILE_FORMATS)}, got {files_format!r}")
-    files_only = bool(input_files and output_files)
-    if files_only:  # no Kafka at all: the format of ids comes from the flags alone
-        kafka, topics = None, (None, None)
-        value_format, id_field = value_format or "json", id_field or "messageId"
-    else:
-        worker = _worker_config(
-            config,
-            {
-                "bootstrap_servers": bootstrap_servers,
-                # a side read from files needs no topic: a placeholder satisfies the worker's config checks
-                "input_topic": _FILES if input_files else input_topic,
-                "output_topic": _FILES + " " if output_files else output_topic,
-                "value_format": value_format,
-                "id_field": id_field,
-                "kafka": parse_kafka_settings(kafka_setting),
-            },
-        )
-        kafka, topics = worker.kafka, (worker.input_topic, worker.output_topic)
-        value_format, id_field = worker.value_format, worker.id_field
+    flags = {
+        "bootstrap_servers": bootstrap_servers,
+        "input_topic": input_topic,
+        "output_topic": output_topic,
+        "value_format": value_format,
+        "id_field": id_field,
+        "kafka": parse_kafka_settings(kafka_setting),
+    }
+    files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
+    sides = audit_sides(config, flags, **files, env=config_environment())
     request = AuditRequest(
-        input=FileSource(input_files, files_format) if input_files else TopicSource(topics[0]),
-        output=FileSource(output_files, files_format) if output_files else TopicSource(topics[1]),
-        kafka=kafka,
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        input=sides.input,
+        output=sides.output,
+        kafka=sides.kafka,
+        kafka_java_settings=_java_settings(spark_kafka_option),
         partitions=tuple(partition) if partition else None,
         start=_bound(start, "--from"),
         stop=_bound(stop, "--to"),
         output_start=_bound(output_start, "--output-from"),
         output_stop=_bound(output_stop, "--output-to"),
         window_ms=None if window is None else parse_window(window),
-        value_format=value_format,
-        id_field=id_field,
+        value_format=sides.value_format,
+        id_field=sides.id_field,
         sample_size=samples,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json(
-            {
-                "exit_code": report.exit_code,
-                "violations": report.violations,
-                **{k: getattr(report, k) for k in ("input", "output", "window_ms", "seconds")},
-                "dead_letter_reasons": dict(report.dead_letter_reasons),
-                "partitions": list(report.partitions),
-                "samples": list(report.samples),
-                "master": run_result.master,
-                "spark_log": run_result.log_file,
-            }
-        )
-    else:
-        _render_audit(report)
-        _finish(run_result.log_file, time.monotonic() - started)
+    report = _run_and_show(run, request, settings, json_output, _audit_json, _render_audit)
     raise typer.Exit(report.exit_code)
+
+
+def _audit_json(report) -> dict:
+    return {
+        "exit_code": report.exit_code,
+        "violations": report.violations,
+        **{k: getattr(report, k) for k in ("input", "output", "window_ms", "seconds")},
+        "dead_letter_reasons": dict(report.dead_letter_reasons),
+        "partitions": list(report.partitions),
+        "samples": list(report.samples),
+    }
 
 
 def _render_audit(report) -> None:
@@ -319,7 +297,7 @@ def replay(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
         output_topic=worker.output_topic,
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        kafka_java_settings=_java_settings(spark_kafka_option),
         partitions=tuple(partition) if partition else None,
         start=_bound(start, "--from"),
         stop=_bound(stop, "--to"),
@@ -329,25 +307,18 @@ def replay(
         data_dir=data_dir,
         sample_size=samples,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json(
-            {
-                "exit_code": report.exit_code,
-                **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
-                "replayed": report.total("replayed"),
-                "partitions": list(report.partitions),
-                "samples": list(report.samples),
-                "master": run_result.master,
-                "spark_log": run_result.log_file,
-            }
-        )
-    else:
-        _render_replay(report)
-        _finish(run_result.log_file, time.monotonic() - started)
+    report = _run_and_show(run, request, settings, json_output, _replay_json, _render_replay)
     raise typer.Exit(report.exit_code)
+
+
+def _replay_json(report) -> dict:
+    return {
+        "exit_code": report.exit_code,
+        **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
+        "replayed": report.total("replayed"),
+        "partitions": list(report.partitions),
+        "samples": list(report.samples),
+    }
 
 
 def _render_replay(report) -> None:
@@ -441,23 +412,10 @@ def rebuild(
         output_topic=worker.output_topic,
         partition=partition,
         data_dir=Path(worker.data_dir),
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        kafka_java_settings=_java_settings(spark_kafka_option),
         replace=replace,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json({**_plain(report), "master": run_result.master, "spark_log": run_result.log_file})
-    else:
-        _render_rebuild(report)
-        _finish(run_result.log_file, time.monotonic() - started)
-
-
-def _plain(report) -> dict:
-    from dataclasses import asdict
-
-    return asdict(report)
+    _run_and_show(run, request, settings, json_output, asdict, _render_rebuild)
 
 
 def _render_rebuild(report) -> None:
