@@ -119,7 +119,35 @@ def _as_dict(report: ReconcileReport) -> dict:
     }
 
 
+_COLUMNS = ["partition", "offsets", "records", "missing from store", "missing from output", "duplicates"]
+_COLUMNS += ["covered output offset", "status"]
+
+
 def _render(report: ReconcileReport) -> None:
+    """The report for people: a row per partition, sample ids, what else was found, the totals."""
+    applied = " --apply" if report.applied else ""
+    title = f"reconcile {report.output_topic} (store: {report.input_topic}){applied}"
+    print_table(title, _COLUMNS, _partition_rows(report))
+    samples = [row for p in report.partitions for row in _sample_rows(p)]
+    if samples:
+        print_table("samples", ["partition", "kind", "id", "where"], samples, whole=("id",))
+    for p in report.partitions:
+        for line in _notes(p):
+            console.print(f"partition {p.partition}: {line}")
+    for partition in report.without_store:
+        console.print(
+            f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
+            "it from the output (its recovery logs how far back it reads); if the output no longer holds the "
+            "whole window, see docs/runbooks/rebuild-lost-store.md"
+        )
+    rate = report.records_scanned / report.seconds if report.seconds else 0.0
+    console.print(f"{report.records_scanned:,} records in {report.seconds:.1f}s ({rate:,.0f}/s)")
+    repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)
+    if report.exit_code and repairable and not report.applied:
+        console.print("to repair: stop the partition's worker, then run the same command with --apply")
+
+
+def _partition_rows(report: ReconcileReport) -> list[tuple]:
     rows = []
     for p in report.partitions:
         before, after = p.coverage_before.output_offset, p.coverage_after.output_offset
@@ -136,66 +164,42 @@ def _render(report: ReconcileReport) -> None:
             )
         )
     rows += [(p, "", "", "", "", "", "", NO_STORE) for p in report.without_store]
-    rows.sort(key=lambda row: row[0])
-    print_table(
-        f"reconcile {report.output_topic} (store: {report.input_topic}){' --apply' if report.applied else ''}",
-        [
-            "partition",
-            "offsets",
-            "records",
-            "missing from store",
-            "missing from output",
-            "duplicates",
-            "covered output offset",
-            "status",
-        ],
-        rows,
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _sample_rows(p: PartitionReport) -> list[tuple]:
+    samples = p.samples
+    rows = [(p.partition, "missing from store", s.id, f"offset {s.offset}") for s in samples.missing_from_store]
+    rows += [(p.partition, "missing from output", s.id, f"seq {s.seq}") for s in samples.unpublished]
+    rows += [
+        (p.partition, "duplicate", s.id, "repeated at " + ", ".join(map(str, s.repeat_offsets)))
+        for s in samples.duplicates
+    ]
+    return rows
+
+
+def _notes(p: PartitionReport) -> list[str]:
+    """What else reconcile found in a partition, a line each."""
+    put_back = (
+        "ids the store had lost inside its window: put back under their own sequence numbers"
+        if p.applied
+        else "ids the store lost inside its window: --apply puts them back in their place"
     )
-    sample_rows = []
-    for p in report.partitions:
-        sample_rows += [
-            (p.partition, "missing from store", s.id, f"offset {s.offset}") for s in p.samples.missing_from_store
-        ]
-        sample_rows += [(p.partition, "missing from output", s.id, f"seq {s.seq}") for s in p.samples.unpublished]
-        sample_rows += [
-            (p.partition, "duplicate", s.id, "repeated at " + ", ".join(map(str, s.repeat_offsets)))
-            for s in p.samples.duplicates
-        ]
-    if sample_rows:
-        print_table("samples", ["partition", "kind", "id", "where"], sample_rows, whole=("id",))
-    for p in report.partitions:
-        notes = [
-            (p.older_than_window, "ids older than the store's window (aged out, as designed)"),
-            (p.unkeyed_records, "records without a key (not written by the worker)"),
-            (p.published_outside_range, "ids kept in the store: the output holds them outside the range"),
-            (
-                p.put_back,
-                "ids the store had lost inside its window: put back under their own sequence numbers"
-                if p.applied
-                else "ids the store lost inside its window: --apply puts them back in their place",
-            ),
-            (
-                p.unplaceable,
-                "ids missing inside the store's recorded stretch with no place in its aging order "
-                "(not recorded): rebuild the store from the output, see docs/runbooks/rebuild-lost-store.md",
-            ),
-        ]
-        for count, what in notes:
-            if count:
-                console.print(f"partition {p.partition}: {count:,} {what}")
-        if p.removal_skipped:
-            console.print(f"partition {p.partition}: nothing removed: {p.removal_skipped}")
-    for partition in report.without_store:
-        console.print(
-            f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
-            "it from the output (its recovery logs how far back it reads); if the output no longer holds the "
-            "whole window, see docs/runbooks/rebuild-lost-store.md"
-        )
-    rate = report.records_scanned / report.seconds if report.seconds else 0.0
-    console.print(f"{report.records_scanned:,} records in {report.seconds:.1f}s ({rate:,.0f}/s)")
-    repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)
-    if report.exit_code and repairable and not report.applied:
-        console.print("to repair: stop the partition's worker, then run the same command with --apply")
+    counted = [
+        (p.older_than_window, "ids older than the store's window (aged out, as designed)"),
+        (p.unkeyed_records, "records without a key (not written by the worker)"),
+        (p.published_outside_range, "ids kept in the store: the output holds them outside the range"),
+        (p.put_back, put_back),
+        (
+            p.unplaceable,
+            "ids missing inside the store's recorded stretch with no place in its aging order "
+            "(not recorded): rebuild the store from the output, see docs/runbooks/rebuild-lost-store.md",
+        ),
+    ]
+    lines = [f"{count:,} {what}" for count, what in counted if count]
+    if p.removal_skipped:
+        lines.append(f"nothing removed: {p.removal_skipped}")
+    return lines
 
 
 def _duplicates(p: PartitionReport) -> str:
