@@ -186,18 +186,35 @@ class PartitionBars:
         self._display.update(task, completed=total, count=report.records_scanned)
 
 
-class JobSteps:
+class Status:
+    """One line that says what is under way (a spinner on a terminal); call it with each new step."""
+
+    def __init__(self, display: ProgressDisplay, text: str, *, unit: str = "") -> None:
+        self._display = display
+        self._task = display.add(text, unit=unit)
+
+    def __call__(self, text: str) -> None:
+        self._display.restart(self._task, text)
+
+
+@contextmanager
+def status_line(text: str) -> Iterator[Status]:
+    """A display with one status line, started and stopped around the block."""
+    with ProgressDisplay() as display:
+        yield Status(display, text)
+
+
+class JobSteps(Status):
     """A Spark job's ``ProgressSink`` and its step notes: the step, and the running stages' tasks."""
 
     def __init__(self, display: ProgressDisplay) -> None:
-        self._display = display
-        self._task = display.add("preparing", unit="tasks")
+        super().__init__(display, "preparing", unit="tasks")
 
     def notify(self, message: str) -> None:
-        self._display.restart(self._task, message)
+        self(message)
 
     def step(self, description: str) -> None:
-        self._display.restart(self._task, description)
+        self(description)
 
     def tasks(self, completed: int, total: int) -> None:
         self._display.update(self._task, completed=completed, total=total)

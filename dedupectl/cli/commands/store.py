@@ -24,6 +24,7 @@ from dedupectl.cli.options import (
     StoreTopicOption,
 )
 from dedupectl.cli.output import console, err_console, print_json, print_table
+from dedupectl.cli.progress import status_line
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy
 from store.codec import COLUMN_FAMILIES
@@ -86,9 +87,9 @@ def age(
     if not policy.bounded:
         raise ConfigError("no bound given", "pass --max-keys and/or --max-bytes")
     refs = _refs(data_dir, topic, partition)
-    with err_console.status("aging") as status:
+    with status_line("aging") as step:
         outcomes = age_stores(
-            refs, policy, dry_run=dry_run, on_store=lambda ref: status.update(f"aging partition {ref.partition}")
+            refs, policy, dry_run=dry_run, on_store=lambda ref: step(f"aging partition {ref.partition}")
         )
     if json_output:
         print_json(outcomes)
@@ -468,8 +469,8 @@ def compact(
     Example: dedupectl compact -d /var/lib/dedupectl -p 0
     """
     refs = _refs(data_dir, topic, partition)
-    with err_console.status("compacting") as status:
-        outcomes = compact_stores(refs, on_store=lambda ref: status.update(f"compacting partition {ref.partition}"))
+    with status_line("compacting") as step:
+        outcomes = compact_stores(refs, on_store=lambda ref: step(f"compacting partition {ref.partition}"))
     if json_output:
         print_json(outcomes)
         return

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from dedupectl.cli import progress as progress_module
-from dedupectl.cli.progress import DemoSteps, JobSteps, PartitionBars, ProgressDisplay, Transfers
+from dedupectl.cli.progress import DemoSteps, JobSteps, PartitionBars, ProgressDisplay, Transfers, status_line
 
 
 @pytest.fixture
@@ -69,3 +69,10 @@ def test_job_steps_and_demo_lines_on_a_terminal(terminal):
         display.note("a line of its own")
     screen = terminal.getvalue()
     assert "• producing 20,000 events" in screen and "a line of its own" in screen
+
+
+def test_a_status_line_follows_its_steps(terminal, capsys):
+    with status_line("aging") as step:
+        step("aging partition 3")
+    assert "aging partition 3" in terminal.getvalue()
+    assert capsys.readouterr().err == "", "only the display writes"
