@@ -1,7 +1,8 @@
 """The ``dedupectl`` command: a thin Typer shell over the core.
 
-Commands live in sibling modules, each exposing ``register(app)``; this module only wires them together
-and turns the package's own errors into one line on stderr and a non-zero exit.
+Commands live in ``dedupectl.cli.commands``, a module each exposing ``register(app)``; this module wires
+them together, takes the global options, and turns the package's own errors into one line on stderr and a
+non-zero exit.
 """
 
 from __future__ import annotations
