@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
-from dedupectl.cli import dev_cmd
+from dedupectl.cli.commands import dev as dev_command
 from dedupectl.devbroker import LocalBroker
 from dedupectl.errors import LocalBrokerError
 
@@ -193,7 +193,7 @@ def dev_app() -> typer.Typer:
     def _root() -> None:
         pass
 
-    dev_cmd.register(app)
+    dev_command.register(app)
     return app
 
 
