@@ -39,8 +39,16 @@ ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
 # Variables read elsewhere (scripts, the cache of fetched jars, the S3 endpoint, fault injection in tests), not
 # configuration fields: everything else under DEDUPECTL_ must be a field, so a typo is an error, not a no-op.
 ENV_RESERVED = frozenset(
-    {"DEDUPECTL_CONFIG", "DEDUPECTL_CACHE_DIR", "DEDUPECTL_CRASHPOINT", "DEDUPECTL_VENV", "DEDUPECTL_S3_ENDPOINT_URL"}
+    {
+        "DEDUPECTL_CONFIG",
+        "DEDUPECTL_CACHE_DIR",
+        "DEDUPECTL_CRASHPOINT",
+        "DEDUPECTL_VENV",
+        "DEDUPECTL_S3_ENDPOINT_URL",
+        "DEDUPECTL_LOG_FORMAT",
+    }
 )
+DEFAULT_DATA_DIR = Path("dedupectl-data")
 
 # librdkafka settings the worker must own for exactly-once to hold.
 KAFKA_KEYS_OWNED = frozenset(
@@ -266,7 +274,7 @@ def resolve_worker_config(
         output_topic=output_topic,
         dead_letter_topic=dead_letter_topic,
         group_id=fields.get("group_id") or f"dedupectl.{input_topic}",
-        data_dir=fields.get("data_dir") or Path("dedupectl-data"),
+        data_dir=fields.get("data_dir") or DEFAULT_DATA_DIR,
         worker_id=fields.get("worker_id") or socket.gethostname(),
         **{
             key: fields[key]

@@ -17,6 +17,7 @@ from typing import TypeVar
 from confluent_kafka import KafkaError, KafkaException
 
 from reconcile.errors import BrokerError, BrokerUnavailableError
+from store.errors import DedupeError
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,9 @@ def is_transient(error: BaseException) -> bool:
 
 def describe(error: BaseException) -> str:
     found = kafka_error_of(error)
-    return str(error) if found is None else found.str()
+    if found is not None:
+        return found.str()
+    return error.message if isinstance(error, DedupeError) else str(error)
 
 
 @dataclass(frozen=True)

@@ -7,19 +7,14 @@ Options only one command module takes are declared in that module.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import typer
 
-from dedupectl.cli.logs import LOG_FORMAT_ENV
+from dedupectl.config import DEFAULT_DATA_DIR
 from dedupectl.errors import ConfigError
 from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
 
 DATA_DIR_ENV = "DEDUPECTL_DATA_DIR"
 # DEDUPECTL_* variables the CLI reads itself: the worker's config, which refuses names it does not know, never sees them
-CLI_ENV = frozenset({LOG_FORMAT_ENV})
-DEFAULT_DATA_DIR = Path("dedupectl-data")  # the worker's own default (dedupectl.config)
 
 # -- the worker's configuration: flags over the config file and DEDUPECTL_* (dedupectl.config) ----------------
 
@@ -126,8 +121,3 @@ def parse_kafka_settings(pairs: list[str] | None) -> dict[str, str] | None:
             raise ConfigError(f"-X {pair!r} is not key=value", "write it as -X security.protocol=SASL_SSL")
         settings[key.strip()] = value
     return settings
-
-
-def config_environment() -> dict[str, str]:
-    """The environment the worker's config reads (``dedupectl.config``): all of it but the CLI's own settings."""
-    return {name: value for name, value in os.environ.items() if name not in CLI_ENV}

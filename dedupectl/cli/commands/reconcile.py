@@ -16,7 +16,6 @@ from dedupectl.cli.options import (
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
-    config_environment,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_error, print_json, print_table
@@ -72,7 +71,6 @@ def reconcile(
         raise ConfigError("give --partition P (repeatable) or --all", "for example: dedupectl reconcile -p 0 -c …")
     worker_config = resolve_worker_config(
         config,
-        env=config_environment(),
         flags={
             "bootstrap_servers": bootstrap_servers,
             "input_topic": input_topic,

@@ -21,7 +21,6 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     ValueFormatOption,
     WorkerLogLevelOption,
-    config_environment,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import print_json, print_table
@@ -86,7 +85,6 @@ def run(
     setup_logging(log_level)
     worker_config = resolve_worker_config(
         config,
-        env=config_environment(),
         flags={
             "bootstrap_servers": bootstrap_servers,
             "input_topic": input_topic,

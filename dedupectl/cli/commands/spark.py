@@ -22,7 +22,6 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     PartitionsOption,
     ValueFormatOption,
-    config_environment,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
@@ -61,7 +60,7 @@ def _settings(master: str, conf: list[str] | None, app_name: str) -> SparkSettin
 
 
 def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
-    return resolve_worker_config(config, env=config_environment(), flags=flags)
+    return resolve_worker_config(config, flags=flags)
 
 
 def _java_settings(pairs: list[str] | None) -> dict[str, str]:
@@ -158,7 +157,7 @@ def audit(
         "kafka": parse_kafka_settings(kafka_setting),
     }
     files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
-    sides = audit_sides(config, flags, **files, env=config_environment())
+    sides = audit_sides(config, flags, **files)
     request = AuditRequest(
         input=sides.input,
         output=sides.output,

@@ -14,7 +14,6 @@ from dedupectl.cli.options import (
     JsonOption,
     KafkaSettingOption,
     OutputTopicOption,
-    config_environment,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import print_json, print_table
@@ -42,7 +41,6 @@ def create(
     """
     worker_config = resolve_worker_config(
         config,
-        env=config_environment(),
         flags={
             "bootstrap_servers": bootstrap_servers,
             "input_topic": input_topic,
