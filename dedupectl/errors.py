@@ -91,3 +91,13 @@ class RangeError(DedupeError):
 
 class SparkError(DedupeError):
     """A Spark job could not start (Java, the Kafka connector jars, the master) or failed."""
+
+
+class DataDirIOError(DataDirError):
+    """The data directory's volume failed under the worker: read-only, gone, or (``DiskFullError``) full."""
+
+    exit_code = 74  # EX_IOERR: the volume, not the configuration, needs the operator
+
+
+class DiskFullError(DataDirIOError):
+    """The data directory's filesystem has no space left, or its quota is used up."""
