@@ -3,7 +3,7 @@
 The broker is assembled from Maven Central jars (``tools/kafka/pom.xml``), cached once per Kafka version,
 and run as a plain ``java ... kafka.Kafka server.properties`` process in its own session so it outlives the
 command that started it. The version is the pom's ``kafka.version`` unless one is asked for (an argument, or
-``DEDUPECTL_KAFKA_VERSION``); Kafka 3.x and 4.x differ here only in their logging (log4j 1 or log4j 2).
+``DEDUPECTL_DEV_KAFKA_VERSION``); Kafka 3.x and 4.x differ here only in their logging (log4j 1 or log4j 2).
 Everything a broker owns lives in one state directory::
 
     state_dir/
@@ -44,7 +44,7 @@ import psutil
 from dedupectl.errors import LocalBrokerError
 
 POM_PATH = Path(__file__).resolve().parent.parent / "tools" / "kafka" / "pom.xml"
-VERSION_ENV = "DEDUPECTL_KAFKA_VERSION"
+VERSION_ENV = "DEDUPECTL_DEV_KAFKA_VERSION"
 DEFAULT_STATE_DIR = Path(".dedupectl") / "broker"
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 25
@@ -153,7 +153,7 @@ def kafka_version() -> str:
 
 
 def resolve_kafka_version(requested: str | None = None) -> str:
-    """The version asked for, else ``$DEDUPECTL_KAFKA_VERSION``, else the pom's; refused if no line supports it."""
+    """The version asked for, else ``$DEDUPECTL_DEV_KAFKA_VERSION``, else the pom's; refused if no line supports it."""
     version = (requested or os.environ.get(VERSION_ENV) or "").strip() or kafka_version()
     _line(version)
     return version
@@ -287,7 +287,7 @@ class LocalBroker:
     ``start()`` is idempotent: if ``broker.json`` names a live broker of this state dir, its bootstrap is
     returned. As a context manager the broker is started on entry and stopped on exit.
 
-    ``kafka_version`` (else ``$DEDUPECTL_KAFKA_VERSION``) is the release to run; without either, a state dir
+    ``kafka_version`` (else ``$DEDUPECTL_DEV_KAFKA_VERSION``) is the release to run; without either, a state dir
     keeps the version that formatted it and a new one gets the pom's. A state dir formatted by another
     version is refused rather than upgraded or downgraded in place.
     """

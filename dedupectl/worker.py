@@ -295,7 +295,7 @@ class Worker:
         if self._consumer is not None:
             try:
                 self._consumer.close()
-            except (KafkaException, RuntimeError) as error:
+            except (KafkaException, RuntimeError, OSError) as error:  # OSError: a failed volume, from on_revoke
                 log.warning("closing the consumer: %s", error)
         for number in list(self._partitions):
             self._close_store(self._partitions.pop(number).store)

@@ -19,8 +19,8 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 # The broker's default Kafka (tools/kafka/pom.xml) and the previous line, which test.sh also runs the
-# worker's exactly-once tests against.
-export DEDUPECTL_PREVIOUS_KAFKA_VERSION="${DEDUPECTL_PREVIOUS_KAFKA_VERSION:-3.9.1}"
+# worker's exactly-once tests against (a shell variable: DEDUPECTL_* in the environment is the worker's).
+previous_kafka_version=3.9.1
 "$venv/bin/dedupectl" dev fetch-kafka >/dev/null
-"$venv/bin/dedupectl" dev fetch-kafka --kafka-version "$DEDUPECTL_PREVIOUS_KAFKA_VERSION" >/dev/null
+"$venv/bin/dedupectl" dev fetch-kafka --kafka-version "$previous_kafka_version" >/dev/null
 export PATH="$venv/bin:$PATH"

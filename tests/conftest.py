@@ -36,7 +36,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 @pytest.fixture(scope="session")
 def broker_kafka_version(request: pytest.FixtureRequest) -> str:
-    """The Kafka release every broker of this run starts (never the developer's ``DEDUPECTL_KAFKA_VERSION``)."""
+    """The Kafka release every broker of this run starts (never the developer's ``DEDUPECTL_DEV_KAFKA_VERSION``)."""
     return resolve_kafka_version(request.config.getoption("--kafka-version") or kafka_version())
 
 

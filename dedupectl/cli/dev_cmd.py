@@ -22,7 +22,7 @@ STATE_DIR_OPTION = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", help="Folder holding the broker's config, data, logs and broker.json."
 )
 JSON_OPTION = typer.Option(False, "--json", help="Print JSON for scripts instead of text.")
-VERSION_HELP = "Kafka release, e.g. 3.9.1 (default: $DEDUPECTL_KAFKA_VERSION, else tools/kafka/pom.xml's)."
+VERSION_HELP = "Kafka release, e.g. 3.9.1 (default: $DEDUPECTL_DEV_KAFKA_VERSION, else tools/kafka/pom.xml's)."
 
 
 def register(app: typer.Typer) -> None:
