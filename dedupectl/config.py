@@ -36,7 +36,7 @@ from store.sizes import parse_duration
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
-# Variables read elsewhere (scripts, the cache of fetched jars, the S3 endpoint, fault injection in tests), not
+# Variables read elsewhere (scripts, the local broker's jars and version, the S3 endpoint, the tests), not
 # configuration fields: everything else under DEDUPECTL_ must be a field, so a typo is an error, not a no-op.
 ENV_RESERVED = frozenset(
     {
@@ -46,6 +46,8 @@ ENV_RESERVED = frozenset(
         "DEDUPECTL_VENV",
         "DEDUPECTL_S3_ENDPOINT_URL",
         "DEDUPECTL_LOG_FORMAT",
+        "DEDUPECTL_DEV_KAFKA_VERSION",
+        "DEDUPECTL_TEST_KAFKA_VERSION",
     }
 )
 DEFAULT_DATA_DIR = Path("dedupectl-data")

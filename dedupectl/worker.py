@@ -30,6 +30,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
+from dedupectl.data_dir_faults import data_dir_faults, is_storage_io_error, read_only_volume
 from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, TopicError
 from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
@@ -179,6 +180,16 @@ class Worker:
         on_progress: Callable[[RunSummary], None] | None = None,
     ) -> RunSummary:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
+        with data_dir_faults(self.config.data_dir):  # a full or read-only volume is the operator's, not a bug
+            return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
+
+    def _run(
+        self,
+        stop: threading.Event | None,
+        *,
+        exit_on_idle_s: float | None,
+        on_progress: Callable[[RunSummary], None] | None,
+    ) -> RunSummary:
         stop = stop or threading.Event()
         self._preflight()
         config = self.config
@@ -325,7 +336,7 @@ class Worker:
                 "point --data-dir at a writable directory",
             ) from error
         if not os.access(config.data_dir, os.W_OK):
-            raise DataDirError(
+            raise read_only_volume(config.data_dir) or DataDirError(
                 f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
             )
         topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
@@ -345,10 +356,10 @@ class Worker:
         if self._consumer is not None:
             try:
                 self._consumer.close()
-            except (KafkaException, RuntimeError) as error:
+            except (KafkaException, RuntimeError, OSError) as error:  # OSError: a failed volume, from on_revoke
                 log.warning("closing the consumer: %s", error)
         for number in list(self._partitions):
-            self._partitions.pop(number).store.close()
+            self._close_store(self._partitions.pop(number).store)
         if self._reader is not None:
             self._reader.close()
         if self._producer is not None:
@@ -384,11 +395,21 @@ class Worker:
         for tp in partitions:
             owned = self._partitions.pop(tp.partition, None)
             if owned is not None:
-                owned.store.close()
+                self._close_store(owned.store)
                 if not self._closing:  # a rebalance: its next owner exports its gauges, a stale copy would mislead
                     self.metrics.forget_store(tp.partition)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
         self._write_status()
+
+    def _close_store(self, store: DedupStore) -> None:
+        try:
+            store.close()
+        except Exception as error:
+            # at shutdown a failed volume must not cut the rest short: what ended the run is reported already,
+            # and the store's next open replays its log
+            if not (self._closing and is_storage_io_error(error)):
+                raise
+            log.warning("store %s was not closed cleanly (%s): its next open recovers it", store.path, error)
 
     def _write_status(self) -> None:
         config = self.config

@@ -23,6 +23,7 @@ dev_app.add_typer(broker_app, name="broker")
 StateDirOption = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", help="Folder holding the broker's config, data, logs and broker.json."
 )
+VERSION_HELP = "Kafka release, e.g. 3.9.1 (default: $DEDUPECTL_DEV_KAFKA_VERSION, else tools/kafka/pom.xml's)."
 
 
 def register(app: typer.Typer) -> None:
@@ -35,6 +36,9 @@ def start(
     state_dir: Path = StateDirOption,
     heap_mb: int = typer.Option(512, "--heap-mb", min=128, help="JVM heap of the broker, in MiB."),
     timeout: float = typer.Option(90, "--timeout", min=1, help="Seconds to wait for the broker to serve."),
+    kafka_version: str | None = typer.Option(
+        None, "--kafka-version", help=VERSION_HELP + " A state dir keeps the version that formatted it."
+    ),
     json_output: bool = JsonOption,
 ) -> None:
     """Start the broker in the background (or find it running) and print its bootstrap servers.
@@ -45,7 +49,7 @@ def start(
 
     Example: eval "$(dedupectl dev broker start | tail -n 1)"
     """
-    broker = LocalBroker(state_dir, heap_mb=heap_mb)
+    broker = LocalBroker(state_dir, heap_mb=heap_mb, kafka_version=kafka_version)
     if json_output:
         broker.start(timeout=timeout)
         print_json(broker.status())
@@ -53,7 +57,9 @@ def start(
     with status_line(f"starting the local Kafka broker in {state_dir}"):
         bootstrap = broker.start(timeout=timeout)
     status = broker.status()
-    console.print(f"Kafka broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})")
+    console.print(
+        f"Kafka {status.kafka_version} broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})"
+    )
     typer.echo(f"export DEDUPECTL_BOOTSTRAP_SERVERS={bootstrap}")
 
 
@@ -88,16 +94,19 @@ def status(state_dir: Path = StateDirOption, json_output: bool = JsonOption) -> 
 
 
 @dev_app.command("fetch-kafka")
-def fetch_kafka(json_output: bool = JsonOption) -> None:
+def fetch_kafka(
+    kafka_version: str | None = typer.Option(None, "--kafka-version", help=VERSION_HELP),
+    json_output: bool = JsonOption,
+) -> None:
     """Resolve the broker's jars from Maven Central into the local cache (done by `start` when needed).
 
-    Example: DEDUPECTL_CACHE_DIR=/tmp/cache dedupectl dev fetch-kafka
+    Example: dedupectl dev fetch-kafka --kafka-version 3.9.1
     """
     if json_output:
-        print_json({"libs_dir": ensure_kafka_libs()})
+        print_json({"libs_dir": ensure_kafka_libs(kafka_version)})
         return
     with status_line("checking the Kafka jars") as step:
-        libs = ensure_kafka_libs(progress=step)
+        libs = ensure_kafka_libs(kafka_version, progress=step)
     console.print(f"Kafka jars ready in {libs}")
 
 
@@ -106,6 +115,7 @@ def _print_status(current: BrokerStatus) -> None:
         ("running", "yes" if current.running else "no"),
         ("pid", current.pid),
         ("bootstrap servers", current.bootstrap),
+        ("kafka version", current.kafka_version),
         ("state dir", current.state_dir),
     ]
     print_table("Local Kafka broker", ("field", "value"), rows)
