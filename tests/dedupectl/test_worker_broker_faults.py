@@ -23,11 +23,13 @@ from dedupectl.sample_events import SampleSpec, generate
 from dedupectl.verify import check_output
 from reconcile.kafka import KafkaConfig
 
+pytestmark = pytest.mark.kafka_compat
+
 
 @pytest.fixture
-def own_broker(tmp_path: Path):
+def own_broker(tmp_path: Path, broker_kafka_version: str):
     """A broker of this test's own, which the test may stop, kill and start again on its data."""
-    broker = LocalBroker(tmp_path / "broker", heap_mb=384)
+    broker = LocalBroker(tmp_path / "broker", heap_mb=384, kafka_version=broker_kafka_version)
     try:
         yield broker
     finally:
