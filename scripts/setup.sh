@@ -23,4 +23,5 @@ fi
 previous_kafka_version=3.9.1
 "$venv/bin/dedupectl" dev fetch-kafka >/dev/null
 "$venv/bin/dedupectl" dev fetch-kafka --kafka-version "$previous_kafka_version" >/dev/null
+bash "$root/scripts/fetch-promtool.sh"
 export PATH="$venv/bin:$PATH"
