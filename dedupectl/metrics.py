@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import platform
 import resource
+import shutil
 from collections.abc import Iterable
 
+from confluent_kafka import libversion
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from dedupectl import __version__
 
 _LABEL = ("partition",)
 
@@ -67,6 +72,52 @@ class WorkerMetrics:
             registry=r,
         )
 
+        self._add_operations_metrics()
+
+    def _add_operations_metrics(self) -> None:
+        """What on-call pages on: lag, latency, the last commit, disk, recovery, and which build runs."""
+        r = self.registry
+        self.lag = Gauge(
+            "dedupectl_consumer_lag",
+            "Input records behind the partition's end (high watermark - position)",
+            _LABEL,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "dedupectl_end_to_end_latency_seconds",
+            "Per committed batch and partition: age of its oldest published record at commit (input timestamp)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+            registry=r,
+        )
+        self.last_commit = Gauge(
+            "dedupectl_last_commit_timestamp_seconds", "Unix time of the last committed transaction", registry=r
+        )
+        self.store_bytes = Gauge(
+            "dedupectl_store_bytes",
+            "Bytes on disk of the partition's store (SST files, log, manifest)",
+            _LABEL,
+            registry=r,
+        )
+        self.disk_free = Gauge(
+            "dedupectl_data_dir_free_bytes", "Free bytes on the data directory's filesystem", registry=r
+        )
+        self.disk_size = Gauge("dedupectl_data_dir_size_bytes", "Size of the data directory's filesystem", registry=r)
+        self.recovery_seconds = Gauge(
+            "dedupectl_recovery_seconds",
+            "Duration of the partition's last recovery from the output",
+            _LABEL,
+            registry=r,
+        )
+        self.build_info = Gauge(
+            "dedupectl_build_info", "The worker's versions (value 1)", ("version", "librdkafka", "python"), registry=r
+        )
+        self.build_info.labels(__version__, libversion()[0], platform.python_version()).set(1)
+
+    def measure_data_dir(self, data_dir) -> None:
+        usage = shutil.disk_usage(data_dir)
+        self.disk_free.set(usage.free)
+        self.disk_size.set(usage.total)
+
     def export_snapshot_failures(self, steps: Iterable[str]) -> None:
         """Export every step's failure count from the start, at 0: an alert on its increase needs the series."""
         for step in steps:
@@ -74,7 +125,8 @@ class WorkerMetrics:
 
     def forget_store(self, partition: int) -> None:
         """Drop a revoked partition's store gauges: its new owner exports them, a stale copy would mislead."""
-        for gauge in (self.window_seconds, self.store_keys, self.recovery_offsets, self.id_filter_bytes):
+        gauges = (self.window_seconds, self.store_keys, self.recovery_offsets, self.id_filter_bytes, self.lag)
+        for gauge in (*gauges, self.store_bytes, self.recovery_seconds):
             with contextlib.suppress(KeyError):  # never exported: nothing to drop
                 gauge.remove(str(partition))
 

@@ -51,6 +51,7 @@ from store import clock
 from store.aging import AgingPolicy, age_step
 from store.codec import encode_ids
 from store.dedup_store import DedupStore
+from store.footprint import dir_bytes
 from store.layout import store_path
 from store.memory import limit_heap_retention, release_free_memory
 from store.options import shared_memory
@@ -479,6 +480,7 @@ class Worker:
         if output_offsets is None:
             return
         self._crashpoint("after-commit")
+        self._observe_latency(plans)
         for plan in plans:
             store = self._partitions[plan.partition].store
             span = output_offsets.get(plan.partition)
@@ -495,6 +497,12 @@ class Worker:
         self._crashpoint("after-record")
         self.summary.batches += 1
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
+
+    def _observe_latency(self, plans: list[_Plan]) -> None:
+        now_ms = clock.now_ms()
+        for plan in plans:
+            if plan.timestamps_ms:
+                self.metrics.latency.observe(max(now_ms - min(plan.timestamps_ms), 0) / 1000)
 
     @staticmethod
     def _published_at(plan: _Plan, span: tuple[int, int] | None) -> range | None:
@@ -589,6 +597,7 @@ class Worker:
             return None
         self.summary.commits += 1
         self.summary.last_committed_at = time.monotonic()
+        self.metrics.last_commit.set(time.time())
         self.metrics.transactions.labels("committed").inc()
         return spans
 
@@ -747,6 +756,7 @@ class Worker:
             owned.recovered = False
 
     def _recover(self, owned: _Partition) -> None:
+        began = time.monotonic()
         result = self._retrying(
             lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
             f"recovering partition {owned.number} from the output",
@@ -755,6 +765,7 @@ class Worker:
         self.summary.recovered += result.recorded
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)
         self.metrics.recovery_offsets.labels(str(owned.number)).set(result.end_offset - max(result.start_offset, 0))
+        self.metrics.recovery_seconds.labels(str(owned.number)).set(time.monotonic() - began)
         log.info(
             "partition %d recovered: read output offsets %d..%d (%d records), recorded %d missing ids",
             owned.number,
@@ -795,6 +806,21 @@ class Worker:
         their window gauges, which grow with wall time."""
         for number, owned in list(self._partitions.items()):
             self._age(number, owned.store)
+            self.metrics.store_bytes.labels(str(number)).set(dir_bytes(owned.store.path))
+        self._measure_lag()
+        self.metrics.measure_data_dir(self.config.data_dir)
+
+    def _measure_lag(self) -> None:
+        """Records behind each held partition's end, from what fetches last told (no request to the broker)."""
+        held = [TopicPartition(self.config.input_topic, number) for number in self._partitions]
+        try:
+            positions = self._consumer.position(held) if held else []
+            for tp in positions:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if tp.offset >= 0 and high >= 0:
+                    self.metrics.lag.labels(str(tp.partition)).set(max(high - tp.offset, 0))
+        except KafkaException as error:  # a gauge left a few seconds old is no reason to stop
+            log.debug("lag not measured: %s", error)
 
     def _age(self, partition: int, store: DedupStore) -> None:
         """One bounded aging step (microseconds: it moves the cut and drops whole files below it), then the

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 import urllib.request
 
 import pytest
@@ -135,6 +137,29 @@ def test_metrics_are_served_per_partition(make_pipeline):
     assert 'dedupectl_store_keys{partition="0"} 1.0' in text
     assert 'dedupectl_transactions_total{outcome="committed"}' in text
     assert "dedupectl_batch_seconds_bucket" in text
+
+
+def test_on_call_metrics_are_served(make_pipeline):
+    pipeline = make_pipeline(partitions=1)
+    pipeline.produce((f"id-{n}".encode(), event(f"id-{n}", n)) for n in range(100))
+    worker = Worker(pipeline.config())
+    port = worker.metrics.serve(0, "127.0.0.1")
+    started = time.time()
+    worker.run(threading.Event(), exit_on_idle_s=6)  # outlasts a maintenance round, which measures lag and disk
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+    def value(series: str) -> float:
+        found = re.search("^" + re.escape(series) + r" (\S+)$", text, re.MULTILINE)
+        assert found, f"{series} is not served"
+        return float(found[1])
+
+    assert value('dedupectl_consumer_lag{partition="0"}') == 0
+    assert value("dedupectl_last_commit_timestamp_seconds") >= started
+    assert value("dedupectl_end_to_end_latency_seconds_count") >= 1
+    assert value('dedupectl_store_bytes{partition="0"}') > 0
+    assert 0 < value("dedupectl_data_dir_free_bytes") <= value("dedupectl_data_dir_size_bytes")
+    assert value('dedupectl_recovery_seconds{partition="0"}') >= 0
+    assert re.search(r'^dedupectl_build_info\{librdkafka="[^"]+",python="[^"]+",version="[^"]+"\} 1\.0$', text, re.M)
 
 
 def test_worker_ages_its_store_to_the_size_bound(make_pipeline):
