@@ -19,6 +19,8 @@ from dedupectl.cli.common import (
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
+from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
+from reconcile.gaps import describe as describe_gap
 from reconcile.ranges import FORMS, parse_bound
 from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
 from reconcile.runner import ReconcileRequest, run_reconcile
@@ -219,6 +221,13 @@ def _render(report: ReconcileReport) -> None:
                 console.print(f"partition {p.partition}: {count:,} {what}")
         if p.removal_skipped:
             console.print(f"partition {p.partition}: nothing removed: {p.removal_skipped}")
+        if p.output_gap is not None:
+            console.print(
+                f"partition {p.partition}: output gap: {describe_gap(p.output_gap, report.output_topic, p.partition)}"
+                f": the worker refuses this partition; restore a newer snapshot, rebuild the store, or accept the "
+                f"gap (dedupectl accept-gap): see {GAPS_RUNBOOK}",
+                soft_wrap=True,
+            )
     for partition in report.without_store:
         console.print(
             f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
