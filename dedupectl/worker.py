@@ -30,7 +30,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
-from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, TopicError
+from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, OutputGapError, TopicError
 from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
@@ -600,7 +600,11 @@ class Worker:
                     log.info("not rewinding partition %d: %s", tp.partition, error)
 
     def _recover(self, owned: _Partition) -> None:
-        result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
+        try:
+            result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
+        except OutputGapError as refused:  # no exact way on: the worker exits with the error's one line
+            self.metrics.refused.labels(str(owned.number), refused.gap.kind).set(1)
+            raise
         owned.recovered = True
         self.summary.recovered += result.recorded
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)
