@@ -75,6 +75,7 @@ BROKER_SETTINGS: dict[str, str] = {
     # A SIGKILLed worker's open transaction is aborted soon after its transaction.timeout.ms expires,
     # instead of up to 10 s later (the default check interval).
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
+    "log.retention.check.interval.ms": "1000",  # a topic's short retention.ms moves its log start within seconds
     # Two cores: keep the thread pools small.
     "num.network.threads": "2",
     "num.io.threads": "4",

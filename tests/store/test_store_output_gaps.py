@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
+from dedupectl.cli import app as cli
 from store.codec import CF_META, GAP_RETENTION, GAP_TRUNCATED, META_ACCEPTED_GAPS, META_REFUSED_GAP, OutputGap
 from store.dedup_store import DedupStore
 from store.errors import ConfigError, StoreCorruptError, StoreError, StoreLockedError
@@ -128,3 +130,20 @@ def test_the_meta_keys_are_the_codec_s(path: Path):
         store.note_refused_gap(OutputGap(GAP_RETENTION, covered=0, low=5, end=5, found_ms=BASE_MS))
         raw = store.family(CF_META)[META_REFUSED_GAP]
     assert b'"kind": "retention"' in raw and b'"found_ms": 1700000000000' in raw
+
+
+def test_the_cli_refuses_in_one_line_what_it_cannot_accept(tmp_path: Path, monkeypatch, capsys):
+    with DedupStore.open(tmp_path / "events-0", topic="events", partition=0) as store:
+        _record(store, 0, 10, 0)
+    for args, expected in [
+        (
+            ["accept-gap", "-d", str(tmp_path), "-p", "0", "--reason", "x"],
+            "holds no refused output gap: nothing to accept",
+        ),
+        (["accept-gap", "-d", str(tmp_path), "-p", "0", "--reason", " "], "--reason is empty"),
+    ]:
+        monkeypatch.setattr(sys, "argv", ["dedupectl", *args])
+        with pytest.raises(SystemExit) as exit_info:
+            cli.main()
+        err = " ".join(capsys.readouterr().err.split())
+        assert exit_info.value.code == 2 and expected in err and "Traceback" not in err
