@@ -105,9 +105,8 @@ def reconcile_partition(
 
     ``on_batch(position, records_scanned)`` is called after every batch. ``writer_may_run``: a read-only
     store may have a worker writing it, so ids missing at the tail are re-checked for being in flight.
-    ``output_gap`` (``reconcile.gaps``): offsets the output lost that the store needs. It is reported; the
-    covered offset never advances over it, and after a truncated output nothing is compared: the store's
-    offsets describe a topic that is no longer there.
+    ``output_gap`` (``reconcile.gaps``) is reported, and never advanced over; after a truncated output nothing
+    is compared: the store's offsets describe a topic that is no longer there.
     """
     started = time.monotonic()
     if output_gap is not None and output_gap.kind == GAP_TRUNCATED:

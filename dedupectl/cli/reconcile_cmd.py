@@ -221,13 +221,7 @@ def _render(report: ReconcileReport) -> None:
                 console.print(f"partition {p.partition}: {count:,} {what}")
         if p.removal_skipped:
             console.print(f"partition {p.partition}: nothing removed: {p.removal_skipped}")
-        if p.output_gap is not None:
-            console.print(
-                f"partition {p.partition}: output gap: {describe_gap(p.output_gap, report.output_topic, p.partition)}"
-                f": the worker refuses this partition; restore a newer snapshot, rebuild the store, or accept the "
-                f"gap (dedupectl accept-gap): see {GAPS_RUNBOOK}",
-                soft_wrap=True,
-            )
+    _print_output_gaps(report)
     for partition in report.without_store:
         console.print(
             f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
@@ -239,6 +233,17 @@ def _render(report: ReconcileReport) -> None:
     repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)
     if report.exit_code and repairable and not report.applied:
         console.print("to repair: stop the partition's worker, then run the same command with --apply")
+
+
+def _print_output_gaps(report: ReconcileReport) -> None:
+    for p in report.partitions:
+        if p.output_gap is not None:
+            console.print(
+                f"partition {p.partition}: output gap: {describe_gap(p.output_gap, report.output_topic, p.partition)}"
+                f": the worker refuses this partition; restore a newer snapshot, rebuild the store, or accept the "
+                f"gap (dedupectl accept-gap): see {GAPS_RUNBOOK}",
+                soft_wrap=True,
+            )
 
 
 def _duplicates(p: PartitionReport) -> str:
