@@ -42,7 +42,7 @@ from benchmarks.peers import env, report  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
-from dedupectl.devbroker import LocalBroker, kafka_version  # noqa: E402
+from dedupectl.devbroker import LocalBroker, resolve_kafka_version  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 
@@ -90,7 +90,7 @@ def main() -> None:
     machine = env.machine_info()
     systems = [SYSTEMS[name] for name in args.systems]
     versions = {
-        "kafka": kafka_version(),
+        "kafka": resolve_kafka_version(),  # what LocalBroker runs: the environment may choose it
         "confluent-kafka (project)": confluent_kafka.__version__,
         "librdkafka (project)": confluent_kafka.libversion()[0],
     }

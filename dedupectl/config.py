@@ -36,11 +36,21 @@ from store.sizes import parse_duration
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
-# Variables read elsewhere (scripts, the cache of fetched jars, the S3 endpoint, fault injection in tests), not
+# Variables read elsewhere (scripts, the local broker's jars and version, the S3 endpoint, the tests), not
 # configuration fields: everything else under DEDUPECTL_ must be a field, so a typo is an error, not a no-op.
 ENV_RESERVED = frozenset(
-    {"DEDUPECTL_CONFIG", "DEDUPECTL_CACHE_DIR", "DEDUPECTL_CRASHPOINT", "DEDUPECTL_VENV", "DEDUPECTL_S3_ENDPOINT_URL"}
+    {
+        "DEDUPECTL_CONFIG",
+        "DEDUPECTL_CACHE_DIR",
+        "DEDUPECTL_CRASHPOINT",
+        "DEDUPECTL_VENV",
+        "DEDUPECTL_S3_ENDPOINT_URL",
+        "DEDUPECTL_LOG_FORMAT",
+        "DEDUPECTL_DEV_KAFKA_VERSION",
+        "DEDUPECTL_TEST_KAFKA_VERSION",
+    }
 )
+DEFAULT_DATA_DIR = Path("dedupectl-data")
 
 # librdkafka settings the worker must own for exactly-once to hold.
 KAFKA_KEYS_OWNED = frozenset(
@@ -64,6 +74,7 @@ VALUE_FORMATS = ("json", "raw")
 
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
+DEFAULT_BROKER_RETRY_FOR = 300.0
 MIN_MEMTABLE_BUDGET = 4 * 1024 * 1024
 
 
@@ -88,11 +99,11 @@ class WorkerConfig:
     max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
     max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
     memtable_budget: int = DEFAULT_MEMTABLE_BUDGET  # bytes: the memtables of all held partitions together
-    snapshot_every: float | None = (
-        None  # seconds between periodic snapshots of every held partition (None: on request only)
-    )
+    # seconds between periodic snapshots of every held partition (None: on request only)
+    snapshot_every: float | None = None
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
+    broker_retry_for: float = DEFAULT_BROKER_RETRY_FOR  # seconds transient Kafka faults are ridden out
 
     @property
     def transactional_id(self) -> str:
@@ -130,6 +141,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "max_bytes": str,
     "memtable_budget": str,
     "snapshot_every": str,
+    "broker_retry_for": str,
     "snapshot_to": str,
     "snapshot_keep": int,
 }
@@ -264,7 +276,7 @@ def resolve_worker_config(
         output_topic=output_topic,
         dead_letter_topic=dead_letter_topic,
         group_id=fields.get("group_id") or f"dedupectl.{input_topic}",
-        data_dir=fields.get("data_dir") or Path("dedupectl-data"),
+        data_dir=fields.get("data_dir") or DEFAULT_DATA_DIR,
         worker_id=fields.get("worker_id") or socket.gethostname(),
         **{
             key: fields[key]
@@ -284,7 +296,8 @@ def resolve_worker_config(
         max_keys=fields.get("max_keys"),
         max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
         memtable_budget=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
-        snapshot_every=_duration(fields.get("snapshot_every")),
+        snapshot_every=_duration(fields.get("snapshot_every"), "snapshot_every"),
+        broker_retry_for=_duration(fields.get("broker_retry_for"), "broker_retry_for") or DEFAULT_BROKER_RETRY_FOR,
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
     )
@@ -300,10 +313,10 @@ def _size(text: str | None, what: str) -> int | None:
     return parse_size(text, what=what)
 
 
-def _duration(text: str | None) -> float | None:
+def _duration(text: str | None, what: str) -> float | None:
     if text is None:
         return None
-    return parse_duration(text, what="snapshot_every", positive=True)
+    return parse_duration(text, what=what, positive=True)
 
 
 def _validate(config: WorkerConfig) -> None:

@@ -2,14 +2,17 @@
 
 The broker is assembled from Maven Central jars (``tools/kafka/pom.xml``), cached once per Kafka version,
 and run as a plain ``java ... kafka.Kafka server.properties`` process in its own session so it outlives the
-command that started it. Everything it owns lives in one state directory::
+command that started it. The version is the pom's ``kafka.version`` unless one is asked for (an argument, or
+``DEDUPECTL_DEV_KAFKA_VERSION``); Kafka 3.x and 4.x differ here only in their logging (log4j 1 or log4j 2).
+Everything a broker owns lives in one state directory::
 
     state_dir/
       server.properties   broker + controller config (ports are kept across restarts when still free)
-      log4j.properties    broker logging: INFO for Kafka, WARN elsewhere, into logs/server.log
+      log4j.properties    broker logging (log4j2.properties for Kafka 4): INFO for Kafka, WARN elsewhere
+      kafka-version       the Kafka version that formatted data/ (a state dir keeps its version)
       data/               log.dirs (KRaft metadata and topic data; survives a stop)
       logs/               server.log (log4j), broker.out (JVM stdout/stderr)
-      broker.json         {pid, bootstrap, started_at} while a broker runs; removed by stop()
+      broker.json         {pid, bootstrap, kafka_version, started_at} while a broker runs; removed by stop()
 
 The internal topics (consumer offsets, transaction state) have replication factor 1, so consumer groups and
 transactions work on the single node; the librdkafka mock cluster cannot stand in for this (it does not
@@ -21,6 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -40,6 +44,7 @@ import psutil
 from dedupectl.errors import LocalBrokerError
 
 POM_PATH = Path(__file__).resolve().parent.parent / "tools" / "kafka" / "pom.xml"
+VERSION_ENV = "DEDUPECTL_DEV_KAFKA_VERSION"
 DEFAULT_STATE_DIR = Path(".dedupectl") / "broker"
 HOST = "127.0.0.1"
 LOG_TAIL_LINES = 25
@@ -97,12 +102,52 @@ log4j.appender.file.layout=org.apache.log4j.PatternLayout
 log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
 """
 
+# The same logging for Kafka 4, which reads log4j 2 configuration only.
+LOG4J2_TEMPLATE = """\
+status = warn
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.apache.name = org.apache.kafka
+logger.apache.level = info
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+appender.file.type = RollingFile
+appender.file.name = file
+appender.file.fileName = {log_file}
+appender.file.filePattern = {log_file}.%i
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+appender.file.policies.type = Policies
+appender.file.policies.size.type = SizeBasedTriggeringPolicy
+appender.file.policies.size.size = 20MB
+appender.file.strategy.type = DefaultRolloverStrategy
+appender.file.strategy.max = 3
+"""
+
+
+@dataclass(frozen=True)
+class _Line:
+    """What differs between Kafka major versions: the pom profile (logging binding) and the logging config."""
+
+    profile: str
+    log_config_name: str
+    log_config_flag: str  # a JVM system property, formatted with the config's path
+    log_template: str
+
+
+LINES = {
+    3: _Line("kafka-3", "log4j.properties", "-Dlog4j.configuration=file:{}", LOG4J_TEMPLATE),
+    4: _Line("kafka-4", "log4j2.properties", "-Dlog4j2.configurationFile={}", LOG4J2_TEMPLATE),
+}
+
 
 # --- the jars -----------------------------------------------------------------------------------------------
 
 
 def kafka_version() -> str:
-    """The Kafka version the pom pins (its ``kafka.version`` property): the pom is the one source of truth."""
+    """The Kafka version the pom pins (its ``kafka.version`` property): the default of every broker."""
     pom = _require_pom()
     namespace = {"m": "http://maven.apache.org/POM/4.0.0"}
     version = ET.parse(pom).getroot().findtext("m:properties/m:kafka.version", namespaces=namespace)
@@ -111,19 +156,39 @@ def kafka_version() -> str:
     return version.strip()
 
 
-def kafka_libs_dir() -> Path:
+def resolve_kafka_version(requested: str | None = None) -> str:
+    """The version asked for, else ``$DEDUPECTL_DEV_KAFKA_VERSION``, else the pom's; refused if no line supports it."""
+    version = (requested or os.environ.get(VERSION_ENV) or "").strip() or kafka_version()
+    _line(version)
+    return version
+
+
+def _line(version: str) -> _Line:
+    match = re.fullmatch(r"(\d+)\.\d+\.\d+", version)
+    line = LINES.get(int(match.group(1))) if match else None
+    if line is None:
+        raise LocalBrokerError(
+            f"Kafka version {version!r} is not supported by the local broker",
+            f"choose a release of Kafka {' or '.join(f'{major}.x' for major in LINES)}, e.g. {kafka_version()}",
+        )
+    return line
+
+
+def kafka_libs_dir(version: str | None = None) -> Path:
     """``${DEDUPECTL_CACHE_DIR:-~/.cache/dedupectl}/kafka-<version>/libs``: where the broker's jars live."""
     cache = Path(os.environ.get("DEDUPECTL_CACHE_DIR") or Path.home() / ".cache" / "dedupectl")
-    return cache.expanduser() / f"kafka-{kafka_version()}" / "libs"
+    return cache.expanduser() / f"kafka-{resolve_kafka_version(version)}" / "libs"
 
 
-def ensure_kafka_libs(progress: Callable[[str], None] | None = None) -> Path:
-    """Return the jar folder, resolving it from Maven Central with ``mvn`` the first time.
+def ensure_kafka_libs(version: str | None = None, progress: Callable[[str], None] | None = None) -> Path:
+    """Return the jar folder of ``version`` (default: see ``resolve_kafka_version``), resolving it from Maven
+    Central with ``mvn`` the first time.
 
     Maven copies into a temporary sibling folder that is renamed into place only when complete, so an
     interrupted download never leaves a half-filled ``libs``.
     """
-    libs = kafka_libs_dir()
+    version = resolve_kafka_version(version)
+    libs = kafka_libs_dir(version)
     _remove_abandoned_downloads(libs.parent)
     if _has_kafka_jar(libs):
         return libs
@@ -133,8 +198,8 @@ def ensure_kafka_libs(progress: Callable[[str], None] | None = None) -> Path:
     staging = libs.parent / f".libs-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         if progress:
-            progress(f"resolving Kafka {kafka_version()} jars from Maven Central into {libs}")
-        _mvn_copy_dependencies(mvn, staging)
+            progress(f"resolving Kafka {version} jars from Maven Central into {libs}")
+        _mvn_copy_dependencies(mvn, version, staging)
         if not _has_kafka_jar(staging):
             raise LocalBrokerError(f"mvn finished but put no kafka_2.13 jar in {staging}", "check the pom")
         _publish(staging, libs)
@@ -174,17 +239,19 @@ def _remove_abandoned_downloads(parent: Path) -> None:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _mvn_copy_dependencies(mvn: str, output: Path) -> None:
+def _mvn_copy_dependencies(mvn: str, version: str, output: Path) -> None:
     command = [
         mvn, "-q", "-B", "-f", str(_require_pom()), "dependency:copy-dependencies",
+        f"-Dkafka.version={version}", f"-P{_line(version).profile}",
         f"-DoutputDirectory={output}", "-DincludeScope=runtime",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = _last_lines(result.stdout + result.stderr, LOG_TAIL_LINES)
         raise LocalBrokerError(
-            f"mvn could not resolve the Kafka jars (exit {result.returncode}):\n{tail}",
-            "check that Maven Central is reachable, then run `dedupectl dev fetch-kafka` again",
+            f"mvn could not resolve the Kafka {version} jars (exit {result.returncode}):\n{tail}",
+            f"check that Maven Central is reachable and serves Kafka {version}, then run "
+            f"`dedupectl dev fetch-kafka --kafka-version {version}` again",
         )
 
 
@@ -202,12 +269,14 @@ def _publish(staging: Path, libs: Path) -> None:
 
 @dataclass(frozen=True)
 class BrokerStatus:
-    """What ``status()`` reports; ``pid`` and ``bootstrap`` are None when no broker runs."""
+    """What ``status()`` reports; ``pid`` and ``bootstrap`` are None when no broker runs, ``kafka_version``
+    when the state dir was never formatted."""
 
     running: bool
     pid: int | None
     bootstrap: str | None
     state_dir: Path
+    kafka_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,11 +290,16 @@ class LocalBroker:
 
     ``start()`` is idempotent: if ``broker.json`` names a live broker of this state dir, its bootstrap is
     returned. As a context manager the broker is started on entry and stopped on exit.
+
+    ``kafka_version`` (else ``$DEDUPECTL_DEV_KAFKA_VERSION``) is the release to run; without either, a state dir
+    keeps the version that formatted it and a new one gets the pom's. A state dir formatted by another
+    version is refused rather than upgraded or downgraded in place.
     """
 
-    def __init__(self, state_dir: Path, heap_mb: int = 512) -> None:
+    def __init__(self, state_dir: Path, heap_mb: int = 512, kafka_version: str | None = None) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.heap_mb = heap_mb
+        self.requested_version = kafka_version
         self._process: subprocess.Popen[bytes] | None = None
         self._server_log_start = 0  # where this start's lines begin in logs/server.log
 
@@ -247,8 +321,8 @@ class LocalBroker:
         return self.state_dir / "server.properties"
 
     @property
-    def _log4j_path(self) -> Path:
-        return self.state_dir / "log4j.properties"
+    def _version_path(self) -> Path:
+        return self.state_dir / "kafka-version"
 
     @property
     def _record_path(self) -> Path:
@@ -270,17 +344,19 @@ class LocalBroker:
 
     def start(self, timeout: float = 90) -> str:
         """Start the broker (or find it already running) and return its bootstrap ``127.0.0.1:PORT``."""
+        version = self._version_to_run()
         current = self.status()
         if current.running and current.bootstrap:
             return current.bootstrap
-        libs = ensure_kafka_libs()
+        libs = ensure_kafka_libs(version)
         java = _require_tool("java", "install a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)")
+        line = _line(version)
         ports = self._choose_ports()
-        self._write_config(ports)
-        self._format_storage(java, libs)
+        self._write_config(ports, line)
+        self._format_storage(java, libs, line, version)
         bootstrap = f"{HOST}:{ports.broker}"
-        self._process = self._spawn(java, libs)
-        self._write_record(self._process.pid, bootstrap)
+        self._process = self._spawn(java, libs, line)
+        self._write_record(self._process.pid, bootstrap, version)
         try:
             self._wait_until_ready(bootstrap, timeout)
         except BaseException:
@@ -305,9 +381,29 @@ class LocalBroker:
         """Whether the broker recorded in ``broker.json`` still runs (a reused pid does not count)."""
         record = self._read_record()
         pid, bootstrap = self._live_pid(record), record.get("bootstrap")
+        version = self.formatted_version()
         if pid is None or not isinstance(bootstrap, str):
-            return BrokerStatus(running=False, pid=None, bootstrap=None, state_dir=self.state_dir)
-        return BrokerStatus(running=True, pid=pid, bootstrap=bootstrap, state_dir=self.state_dir)
+            return BrokerStatus(False, None, None, self.state_dir, version)
+        return BrokerStatus(True, pid, bootstrap, self.state_dir, version)
+
+    def formatted_version(self) -> str | None:
+        """The Kafka version that formatted this state dir's data, None before the first start."""
+        try:
+            return self._version_path.read_text().strip() or None
+        except OSError:
+            return None
+
+    def _version_to_run(self) -> str:
+        formatted = self.formatted_version()
+        asked = self.requested_version or os.environ.get(VERSION_ENV)
+        version = resolve_kafka_version(asked or formatted)
+        if formatted is not None and version != formatted:
+            raise LocalBrokerError(
+                f"the broker in {self.state_dir} holds the data of Kafka {formatted}, not {version}",
+                f"start it with --kafka-version {formatted}, or delete {self.state_dir} to start an empty "
+                f"Kafka {version} broker",
+            )
+        return version
 
     def __enter__(self) -> LocalBroker:
         self.start()
@@ -332,7 +428,7 @@ class LocalBroker:
                 return ports
         return _free_ports()
 
-    def _write_config(self, ports: _Ports) -> None:
+    def _write_config(self, ports: _Ports, line: _Line) -> None:
         (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         settings = {
@@ -344,23 +440,25 @@ class LocalBroker:
         }
         lines = [f"{key}={value}" for key, value in settings.items()]
         self._properties_path.write_text("# written by dedupectl.devbroker\n" + "\n".join(lines) + "\n")
-        self._log4j_path.write_text(LOG4J_TEMPLATE.format(log_file=self.logs_dir / "server.log"))
+        log_config = self.state_dir / line.log_config_name
+        log_config.write_text(line.log_template.format(log_file=self.logs_dir / "server.log"))
 
-    def _java_command(self, java: str, libs: Path, main_class: str, *args: str) -> list[str]:
-        return [
-            java, f"-Dlog4j.configuration=file:{self._log4j_path}", "-cp", f"{libs}/*", main_class, *args,
-        ]  # fmt: skip
+    def _java_command(self, java: str, libs: Path, line: _Line, main_class: str, *args: str) -> list[str]:
+        log_flag = line.log_config_flag.format(self.state_dir / line.log_config_name)
+        return [java, log_flag, "-cp", f"{libs}/*", main_class, *args]
 
-    def _format_storage(self, java: str, libs: Path) -> None:
+    def _format_storage(self, java: str, libs: Path, line: _Line, version: str) -> None:
         """Format log.dirs for KRaft once; a restart keeps the cluster and its topics.
 
         Skipped when already formatted: ``--ignore-formatted`` alone is not enough, as StorageTool still fails
         when the new cluster id differs from the one in meta.properties.
         """
         if (self.state_dir / "data" / "meta.properties").is_file():
+            if self.formatted_version() is None:  # formatted before state dirs recorded their version
+                self._version_path.write_text(version + "\n")
             return
         command = self._java_command(
-            java, libs, "kafka.tools.StorageTool",
+            java, libs, line, "kafka.tools.StorageTool",
             "format", "-t", _new_cluster_id(), "-c", str(self._properties_path), "--ignore-formatted",
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -370,12 +468,13 @@ class LocalBroker:
                 f"formatting the broker storage in {self.state_dir / 'data'} failed:\n{tail}",
                 f"delete {self.state_dir} to start from an empty broker",
             )
+        self._version_path.write_text(version + "\n")
 
     # the process
 
-    def _spawn(self, java: str, libs: Path) -> subprocess.Popen[bytes]:
+    def _spawn(self, java: str, libs: Path, line: _Line) -> subprocess.Popen[bytes]:
         heap = f"{self.heap_mb}m"
-        command = self._java_command(java, libs, "kafka.Kafka", str(self._properties_path))
+        command = self._java_command(java, libs, line, "kafka.Kafka", str(self._properties_path))
         command[1:1] = [f"-Xms{heap}", f"-Xmx{heap}", *JVM_FLAGS]
         self._server_log_start = _size(self.logs_dir / "server.log")
         with open(self.logs_dir / "broker.out", "wb") as out:
@@ -442,8 +541,10 @@ class LocalBroker:
 
     # broker.json and logs
 
-    def _write_record(self, pid: int, bootstrap: str) -> None:
-        record = {"pid": pid, "bootstrap": bootstrap, "started_at": datetime.now(UTC).isoformat()}
+    def _write_record(self, pid: int, bootstrap: str, version: str) -> None:
+        record = {
+            "pid": pid, "bootstrap": bootstrap, "kafka_version": version, "started_at": datetime.now(UTC).isoformat(),
+        }  # fmt: skip
         temporary = self._record_path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n")
         temporary.replace(self._record_path)

@@ -30,10 +30,19 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from dedupectl.config import WorkerConfig
+from dedupectl.data_dir_faults import data_dir_faults, is_storage_io_error, read_only_volume
 from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, OutputGapError, TopicError
 from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
+from reconcile.broker_retry import (
+    RetryPolicy,
+    is_fence,
+    is_replaceable_producer_error,
+    is_transient,
+    kafka_error_of,
+    with_retries,
+)
 from reconcile.kafka import build_client, partition_counts
 from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
@@ -51,7 +60,17 @@ from store.worker_status import remove_status, status_path, write_status
 log = logging.getLogger(__name__)
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
-COMMIT_RETRIES = 5
+# clients replaced after fatal errors this often are fighting something a restart will not fix (a twin)
+CLIENT_RESTARTS_MAX = 3
+CLIENT_RESTARTS_WINDOW_S = 600.0
+# how long after a broker fault a fence of this consumer is taken for the reloading coordinator's mistake
+BROKER_FAULT_MEMORY_S = 120.0
+
+
+class _GroupFenceAfterFault(Exception):
+    """The group fenced this consumer out just after a broker fault: rejoin rather than exit."""
+
+
 MEMORY_RELEASE_S = 60.0
 MAINTENANCE_S = 5.0  # every held partition ages and refreshes its window gauge at least this often, input or not
 
@@ -136,6 +155,10 @@ class Worker:
         self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
+        self._retry = RetryPolicy(bound_s=config.broker_retry_for)
+        self._client_restarts: list[float] = []
+        self._transaction_began = 0.0
+        self._last_broker_fault = -math.inf
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -157,6 +180,16 @@ class Worker:
         on_progress: Callable[[RunSummary], None] | None = None,
     ) -> RunSummary:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
+        with data_dir_faults(self.config.data_dir):  # a full or read-only volume is the operator's, not a bug
+            return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
+
+    def _run(
+        self,
+        stop: threading.Event | None,
+        *,
+        exit_on_idle_s: float | None,
+        on_progress: Callable[[RunSummary], None] | None,
+    ) -> RunSummary:
         stop = stop or threading.Event()
         self._preflight()
         config = self.config
@@ -169,13 +202,10 @@ class Worker:
             config.data_dir,
         )
         self._producer = self._start_producer()
-        self._consumer = consumer = self._start_consumer()
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._reader = OutputReader(config.kafka)
-        consumer.subscribe(
-            [config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
-        )
+        self._join_group()
         self._write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
@@ -189,12 +219,34 @@ class Worker:
             self._shutdown()
         return self.summary
 
+    def _join_group(self) -> None:
+        self._consumer = self._start_consumer()
+        self._consumer.subscribe(
+            [self.config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+
+    def _rejoin_group(self, reason: str) -> None:
+        """A new consumer in place of one the group fenced out while a coordinator reloaded: its partitions are
+        revoked (stores closed) and assigned again, and recovered before their next batch."""
+        self._count_restart(reason)
+        log.warning("consumer fenced out while the group coordinator recovered (%s): joining the group again", reason)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as error:
+            log.info("closing the fenced consumer: %s", error)
+        self._on_revoke(None, [TopicPartition(self.config.input_topic, n) for n in list(self._partitions)])
+        self._join_group()
+
     def _loop(
         self, stop: threading.Event, exit_on_idle_s: float | None, on_progress: Callable[[RunSummary], None] | None
     ) -> None:
         started = last_report = last_release = last_maintenance = time.monotonic()
         while not stop.is_set():
-            batch = self._collect(self._consumer)
+            try:
+                batch = self._collect(self._consumer)
+            except _GroupFenceAfterFault as fence:
+                self._rejoin_group(str(fence))
+                continue
             now = time.monotonic()
             if batch:
                 self._process(batch)
@@ -213,6 +265,16 @@ class Worker:
                 last_report = now
 
     def _start_producer(self) -> Producer:
+        """A transactional producer, its transactions initialised: this fences any earlier instance of this
+        worker and completes or aborts whatever transaction it left open, before it returns."""
+        return self._retrying(
+            self._new_producer,
+            f"starting Kafka transactions as {self.config.transactional_id}",
+            # a producer left fatal by a failed init (CONCURRENT_TRANSACTIONS can do that) is replaced on retry
+            transient=lambda error: is_transient(error) or is_replaceable_producer_error(error),
+        )
+
+    def _new_producer(self) -> Producer:
         config = self.config
         producer = build_client(
             Producer,
@@ -230,6 +292,8 @@ class Worker:
         try:
             producer.init_transactions(config.kafka.timeout_s)
         except KafkaException as error:
+            if is_transient(error) or is_replaceable_producer_error(error):
+                raise
             raise BrokerError(
                 f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
                 "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
@@ -272,10 +336,11 @@ class Worker:
                 "point --data-dir at a writable directory",
             ) from error
         if not os.access(config.data_dir, os.W_OK):
-            raise DataDirError(
+            raise read_only_volume(config.data_dir) or DataDirError(
                 f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
             )
-        counts = partition_counts(config.kafka, [config.input_topic, config.output_topic, config.dead_letter_topic])
+        topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
+        counts = self._retrying(lambda: partition_counts(config.kafka, topics), "reading the topics")
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
@@ -291,10 +356,10 @@ class Worker:
         if self._consumer is not None:
             try:
                 self._consumer.close()
-            except (KafkaException, RuntimeError) as error:
+            except (KafkaException, RuntimeError, OSError) as error:  # OSError: a failed volume, from on_revoke
                 log.warning("closing the consumer: %s", error)
         for number in list(self._partitions):
-            self._partitions.pop(number).store.close()
+            self._close_store(self._partitions.pop(number).store)
         if self._reader is not None:
             self._reader.close()
         if self._producer is not None:
@@ -330,11 +395,21 @@ class Worker:
         for tp in partitions:
             owned = self._partitions.pop(tp.partition, None)
             if owned is not None:
-                owned.store.close()
+                self._close_store(owned.store)
                 if not self._closing:  # a rebalance: its next owner exports its gauges, a stale copy would mislead
                     self.metrics.forget_store(tp.partition)
         log.info("revoked %s", sorted(tp.partition for tp in partitions))
         self._write_status()
+
+    def _close_store(self, store: DedupStore) -> None:
+        try:
+            store.close()
+        except Exception as error:
+            # at shutdown a failed volume must not cut the rest short: what ended the run is reported already,
+            # and the store's next open replays its log
+            if not (self._closing and is_storage_io_error(error)):
+                raise
+            log.warning("store %s was not closed cleanly (%s): its next open recovers it", store.path, error)
 
     def _write_status(self) -> None:
         config = self.config
@@ -364,8 +439,7 @@ class Worker:
             self.summary.first_consumed_at = time.monotonic()
         return batch
 
-    @staticmethod
-    def _records_only(got: list[Message]) -> list[Message]:
+    def _records_only(self, got: list[Message]) -> list[Message]:
         """The records among consumer events; a fatal one ends the worker, others are logged."""
         records = []
         for message in got:
@@ -376,11 +450,14 @@ class Worker:
             # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
             # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if error.fatal() or error.code() == KafkaError._FATAL:
+                if self._broker_fault_recent():
+                    raise _GroupFenceAfterFault(error.str())
                 raise FencedError(
                     f"this worker was fenced out of its group ({error.str()})",
                     "another worker with the same worker_id is running: give each worker its own",
                 )
             log.warning("consumer: %s", error.str())
+            self._note_fault()
         return records
 
     def _process(self, batch: list[Message]) -> None:
@@ -480,6 +557,7 @@ class Worker:
 
         try:
             producer.begin_transaction()
+            self._transaction_began = time.monotonic()
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
             # the offsets go to the group coordinator (two broker round trips, GIL released) while this thread
             # produces: a transaction takes its offsets at any point before the commit
@@ -500,14 +578,14 @@ class Worker:
         except KafkaException as error:
             kafka_error = error.args[0]
             if kafka_error.fatal():
-                raise FencedError(
-                    f"this worker was fenced ({kafka_error.str()})",
-                    "another worker with the same worker_id took over; stop one of them",
-                ) from error
-            if not kafka_error.txn_requires_abort() and not kafka_error.retriable():
+                self._replace_producer(error)
+                self._rewind()
+                return None
+            if not kafka_error.txn_requires_abort() and not is_transient(error):
                 raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
             log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
-            self._abort_and_rewind(plans)
+            self._note_fault()
+            self._abort_and_rewind()
             return None
         self.summary.commits += 1
         self.summary.last_committed_at = time.monotonic()
@@ -568,29 +646,37 @@ class Worker:
                 self._producer.poll(0.05)
 
     def _commit(self) -> None:
-        for attempt in range(COMMIT_RETRIES):
-            try:
-                self._producer.commit_transaction(self.config.kafka.timeout_s)
-                return
-            except KafkaException as error:
-                if not error.args[0].retriable() or attempt == COMMIT_RETRIES - 1:
-                    raise
-                log.warning("commit retry after: %s", error.args[0].str())
+        # a commit that timed out resumes when called again; one that needs an abort is the caller's
+        self._retrying(
+            lambda: self._producer.commit_transaction(self.config.kafka.timeout_s),
+            "committing the transaction",
+            transient=lambda error: is_transient(error) and not error.args[0].txn_requires_abort(),
+        )
 
-    def _abort_and_rewind(self, plans: list[_Plan]) -> None:
+    def _abort_and_rewind(self) -> None:
+        timeout_s = self.config.kafka.timeout_s
         try:
-            self._producer.abort_transaction(self.config.kafka.timeout_s)
+            self._retrying(lambda: self._producer.abort_transaction(timeout_s), "aborting the transaction")
         except KafkaException as error:
-            if error.args[0].fatal():
-                raise FencedError(f"this worker was fenced ({error.args[0].str()})") from error
-            raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
+            if not error.args[0].fatal():
+                raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
+            self._replace_producer(error)
         self.summary.aborts += 1
         self.metrics.transactions.labels("aborted").inc()
-        partitions = [TopicPartition(self.config.input_topic, plan.partition) for plan in plans]
+        self._rewind()
+
+    def _rewind(self) -> None:
+        """Seek every held partition back to its committed offset: what was consumed past it is read again."""
         try:
-            committed = self._consumer.committed(partitions, timeout=self.config.kafka.timeout_s)
-        except KafkaException as error:
-            raise BrokerError(f"cannot read committed offsets after an abort: {error.args[0].str()}") from error
+            committed = self._retrying(
+                self._committed_offsets,
+                "reading the committed input offsets",
+                # the group may need this consumer to poll before it answers (a rebalance after a broker restart)
+                sleep=self._poll_dropping,
+            )
+        except _GroupFenceAfterFault as fence:
+            self._rejoin_group(str(fence))  # a new member starts every partition from its committed offset
+            return
         for tp in committed:
             if tp.partition in self._partitions:
                 tp.offset = tp.offset if tp.offset >= 0 else 0
@@ -599,10 +685,74 @@ class Worker:
                 except KafkaException as error:  # revoked meanwhile: its next owner re-reads it
                     log.info("not rewinding partition %d: %s", tp.partition, error)
 
+    def _committed_offsets(self) -> list[TopicPartition]:
+        held = [TopicPartition(self.config.input_topic, number) for number in self._partitions]
+        return self._consumer.committed(held, timeout=self.config.kafka.timeout_s) if held else []
+
+    def _poll_dropping(self, seconds: float) -> None:
+        """Serve the consumer's group protocol (assignments run here) for ``seconds``; the records it returns are
+        dropped, as the seek that follows reads them again."""
+        deadline = time.monotonic() + max(seconds, 0.2)
+        while (left := deadline - time.monotonic()) > 0:
+            self._records_only(self._consumer.consume(num_messages=CONSUME_CHUNK, timeout=left))  # errors still count
+
+    def _count_restart(self, reason: str) -> None:
+        """A client replaced after a fatal error; too many in a row is a fight a restart will not win."""
+        now = time.monotonic()
+        recent = [at for at in self._client_restarts if now - at < CLIENT_RESTARTS_WINDOW_S]
+        if len(recent) >= CLIENT_RESTARTS_MAX:
+            raise BrokerError(
+                f"Kafka clients failed fatally {len(recent) + 1} times within {CLIENT_RESTARTS_WINDOW_S:.0f}s "
+                f"(last: {reason})",
+                "check the brokers' logs and that no other worker runs with this worker_id; "
+                "a restart resumes exactly where the worker stopped",
+            )
+        self._client_restarts = [*recent, now]
+        self._last_broker_fault = now
+
+    def _broker_fault_recent(self) -> bool:
+        """Whether Kafka faulted lately: a coordinator that reloaded may fence a static member by mistake."""
+        return time.monotonic() - self._last_broker_fault < BROKER_FAULT_MEMORY_S
+
+    def _retrying(self, call, what: str, **options):
+        """``with_retries`` within ``--broker-retry-for``, remembering each retry as a broker fault."""
+        return with_retries(call, what, self._retry, on_retry=self._note_fault, **options)
+
+    def _note_fault(self, _error: BaseException | None = None) -> None:
+        self._last_broker_fault = time.monotonic()
+
+    def _may_have_timed_out(self) -> bool:
+        """Whether the open transaction outlived transaction.timeout.ms: the coordinator then aborts it and bumps
+        the producer's epoch itself (a broker outage does that), which reads as a fence by a newer instance."""
+        return time.monotonic() - self._transaction_began >= self.config.transaction_timeout_ms / 1000
+
+    def _replace_producer(self, error: KafkaException) -> None:
+        """After a fatal producer error: exit if another instance fenced this one, else carry on with a new
+        producer. Its initialisation settles the failed transaction (committed or aborted) before it returns,
+        so every held partition is recovered from the output before its next batch."""
+        kafka_error = kafka_error_of(error)
+        if kafka_error is not None and is_fence(kafka_error) and not self._may_have_timed_out():
+            raise FencedError(
+                f"this worker was fenced ({kafka_error.str()})",
+                "another worker with the same worker_id took over; stop one of them",
+            ) from error
+        if kafka_error is None or not (is_fence(kafka_error) or is_replaceable_producer_error(error)):
+            raise BrokerError(f"the transactional producer failed: {error}") from error
+        self._count_restart(kafka_error.str())
+        log.warning(
+            "producer failed (%s): starting a new one; held partitions recover from the output", kafka_error.str()
+        )
+        self._producer = self._start_producer()
+        for owned in self._partitions.values():
+            owned.recovered = False
+
     def _recover(self, owned: _Partition) -> None:
         try:
-            result = catch_up(owned.store, self._reader, self.config.output_topic, owned.number)
-        except OutputGapError as refused:  # no exact way on: the worker exits with the error's one line
+            result = self._retrying(
+                lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
+                f"recovering partition {owned.number} from the output",
+            )
+        except OutputGapError as refused:  # no retry or exact way on: the worker exits with the error's one line
             self.metrics.refused.labels(str(owned.number), refused.gap.kind).set(1)
             raise
         owned.recovered = True

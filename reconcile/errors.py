@@ -29,6 +29,10 @@ class Interrupted(DedupeError):
     exit_code = 130
 
 
+class BrokerUnavailableError(BrokerError):
+    """Kafka did not answer in time: transient (a broker restarting, a network blip), so worth a retry."""
+
+
 class OutputGapError(DedupeError):
     """The output no longer holds offsets a store needs to be made exact (``reconcile.gaps``): the partition is
     refused until an operator acts. Not a broker error: no retry brings deleted records back."""

@@ -19,7 +19,7 @@ from store import clock
 from store.codec import GAP_RETENTION, GAP_TRUNCATED, OutputGap
 from store.dedup_store import DedupStore
 
-RUNBOOK = "docs/runbooks/worker-crashed.md#a-partition-is-refused-the-output-lost-offsets"
+RUNBOOK = "docs/runbooks/worker-crashed.md#a-partition-is-refused-the-output-lost-offsets-exit-3"
 
 
 class Bounds(Protocol):

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from reconcile.errors import BrokerError, TopicError
+from reconcile.errors import BrokerUnavailableError, TopicError
 from store.errors import ConfigError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
@@ -69,8 +69,8 @@ def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
     return build_client(Consumer, _settings(kafka, extra))
 
 
-def unreachable(kafka: KafkaConfig, detail: str) -> BrokerError:
-    return BrokerError(
+def unreachable(kafka: KafkaConfig, detail: str) -> BrokerUnavailableError:
+    return BrokerUnavailableError(
         f"cannot reach Kafka at {kafka.bootstrap_servers} within {kafka.timeout_s:g}s ({detail})",
         "check bootstrap_servers, the network and the broker (`dedupectl dev broker status` for the local one)",
     )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the project needs into .venv (idempotent; fast when already done):
-# the package with its dev extras from PyPI, and the Kafka broker jars from Maven Central.
+# the package with its dev extras from PyPI, and the Kafka broker jars (two versions) from Maven Central.
 # Needs: python3.11+, java 17, maven. Usage: bash scripts/setup.sh (demo.sh, test.sh and bench.sh source it).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,5 +18,10 @@ if [ ! -f "$stamp" ]; then
   "$venv/bin/python" -m pip install --quiet -e "$root[dev]"
   touch "$stamp"
 fi
+# The broker's default Kafka (tools/kafka/pom.xml) and the previous line, which test.sh also runs the
+# worker's exactly-once tests against (a shell variable: DEDUPECTL_* in the environment is the worker's).
+previous_kafka_version=3.9.1
 "$venv/bin/dedupectl" dev fetch-kafka >/dev/null
+"$venv/bin/dedupectl" dev fetch-kafka --kafka-version "$previous_kafka_version" >/dev/null
+bash "$root/scripts/fetch-promtool.sh"
 export PATH="$venv/bin:$PATH"

@@ -49,3 +49,13 @@ class StoreCorruptError(StoreError):
 
 class StoreVersionError(StoreError):
     """The store was written by an incompatible layout."""
+
+
+class DataDirIOError(DataDirError):
+    """The data directory's volume failed under the worker: read-only, gone, or (``DiskFullError``) full."""
+
+    exit_code = 74  # EX_IOERR: the volume, not the configuration, needs the operator
+
+
+class DiskFullError(DataDirIOError):
+    """The data directory's filesystem has no space left, or its quota is used up."""

@@ -1,4 +1,4 @@
-"""Human sizes and durations: ``40GiB``, ``512MB``, ``24h``, ``90m`` in, ``1.5 GiB``, ``3d 4h`` out."""
+"""Human sizes and durations: ``40GiB``, ``512MB``, ``24h``, ``90m`` in, ``1.5 GiB``, ``3d 4h``, ``3h ago`` out."""
 
 from __future__ import annotations
 
@@ -80,3 +80,12 @@ def format_duration(seconds: float | None) -> str:
     if days:
         return sign + (f"{days}d {hours}h" if hours else f"{days}d")
     return sign + (f"{hours}h {minutes}m" if hours and minutes else f"{hours}h" if hours else f"{minutes}m")
+
+
+def format_age(seconds: float | None) -> str:
+    """How long ago, in the units of ``format_duration``: ``10800`` -> ``"3h ago"``; ``None`` -> ``"-"``."""
+    if seconds is None:
+        return "-"
+    if seconds < 0:  # a clock ahead of this host's
+        return f"in {format_duration(-seconds)}"
+    return f"{format_duration(seconds)} ago"

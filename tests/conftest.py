@@ -3,25 +3,50 @@
 Fixtures that start real servers live here, one per server, session-scoped: starting a server costs
 seconds and the machine has two cores, so each runs once per test session and tests isolate themselves by
 unique names (topics, groups, transactional ids) rather than by fresh servers.
+
+The Kafka release the brokers run is the pom's default unless the run asks for another with
+``--kafka-version`` (or ``DEDUPECTL_TEST_KAFKA_VERSION``); scripts/test.sh runs the tests marked
+``kafka_compat`` a second time that way, on the previous Kafka line.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from dedupectl.devbroker import LocalBroker
+from dedupectl.devbroker import LocalBroker, kafka_version, resolve_kafka_version
+
+TEST_VERSION_ENV = "DEDUPECTL_TEST_KAFKA_VERSION"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--kafka-version",
+        default=os.environ.get(TEST_VERSION_ENV) or None,
+        help=f"Kafka release of the test brokers (default: ${TEST_VERSION_ENV}, else tools/kafka/pom.xml's)",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"kafka broker: {config.getoption('--kafka-version') or kafka_version()}"
 
 
 @pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+def broker_kafka_version(request: pytest.FixtureRequest) -> str:
+    """The Kafka release every broker of this run starts (never the developer's ``DEDUPECTL_DEV_KAFKA_VERSION``)."""
+    return resolve_kafka_version(request.config.getoption("--kafka-version") or kafka_version())
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory, broker_kafka_version: str) -> Iterator[LocalBroker]:
     """A real single-node Kafka broker (KRaft) on 127.0.0.1; use ``kafka_broker.bootstrap_servers``.
 
     Topics are not auto-created: create each one a test needs, with a name from ``unique_name``.
     """
-    broker = LocalBroker(tmp_path_factory.mktemp("kafka-broker"))
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka-broker"), kafka_version=broker_kafka_version)
     broker.start()  # on failure start() stops what it spawned and raises with the broker's log tail
     try:
         yield broker

@@ -1,7 +1,8 @@
 """The ``dedupectl`` command: a thin Typer shell over the core.
 
-Commands live in sibling modules, each exposing ``register(app)``; this module only wires them together
-and turns the package's own errors into one line on stderr and a non-zero exit.
+Commands live in ``dedupectl.cli.commands``, a module each exposing ``register(app)``; this module wires
+them together, takes the global options, and turns the package's own errors into one line on stderr and a
+non-zero exit.
 """
 
 from __future__ import annotations
@@ -13,19 +14,21 @@ import traceback
 import typer
 
 from dedupectl import __version__
+from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, setup_logging, use_log_format
 from dedupectl.cli.output import print_error
 from dedupectl.errors import DedupeError
 
 # Each module adds its commands to the app; the order is the order in --help.
 COMMAND_MODULES = (
-    "dedupectl.cli.run_cmd",
-    "dedupectl.cli.topics_cmd",
-    "dedupectl.cli.demo_cmd",
-    "dedupectl.cli.snapshot_cmds",
-    "dedupectl.cli.reconcile_cmd",
-    "dedupectl.cli.store_cmds",
-    "dedupectl.cli.spark_cmds",
-    "dedupectl.cli.dev_cmd",
+    "dedupectl.cli.commands.run",
+    "dedupectl.cli.commands.topics",
+    "dedupectl.cli.commands.demo",
+    "dedupectl.cli.commands.snapshot",
+    "dedupectl.cli.commands.reattach",
+    "dedupectl.cli.commands.reconcile",
+    "dedupectl.cli.commands.store",
+    "dedupectl.cli.commands.spark",
+    "dedupectl.cli.commands.dev",
 )
 
 app = typer.Typer(
@@ -54,8 +57,18 @@ def _global_options(
     version: bool = typer.Option(
         False, "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    log_format: LogFormat = typer.Option(
+        LogFormat.AUTO,
+        "--log-format",
+        envvar=LOG_FORMAT_ENV,
+        case_sensitive=False,
+        help="Log lines on stderr: rich on a terminal, else text (auto); text: one line per event; "
+        "json: one object per line.",
+    ),
 ) -> None:
     _state["debug"] = debug
+    use_log_format(log_format)
+    setup_logging("warning")  # commands with --log-level set their own level
 
 
 for _name in COMMAND_MODULES:

@@ -35,7 +35,7 @@ from dedupectl.config import KafkaConfig
 from dedupectl.errors import DataDirError, StoreError
 from dedupectl.spark import rebuild_sst
 from dedupectl.spark.progress import ProgressSink, tracking
-from dedupectl.spark.rebuild_order import order_ids
+from dedupectl.spark.rebuild_order import Ordered, order_ids
 from dedupectl.spark.runner import JobRun, run_job
 from dedupectl.spark.session import SparkSettings
 from dedupectl.spark.sources import (
@@ -139,40 +139,15 @@ def run_rebuild(
         with tracking(spark, sink) as step:
             step(f"rebuild: reading {request.output_topic}[{request.partition}], ordering ids")
             options = spark_kafka_options(request.kafka, request.kafka_java_settings)
-            records = kafka_records(spark, options, request.output_topic, [plan.output_range])
-            ordered = order_ids(records, plan.output_range)
-            total_ids = ordered.ids
-            ship = (
-                request.ship_files
-                if request.ship_files is not None
-                else not spark.sparkContext.master.startswith("local")
+            ordered = order_ids(
+                kafka_records(spark, options, request.output_topic, [plan.output_range]), plan.output_range
             )
             ordering_done = time.monotonic()
-
-            folders: list[tuple[int, str]] = []
-            if total_ids and not ship:
-                step(f"rebuild: handing {total_ids:,} ids over to the SST writers")
-                folders = rebuild_sst.hand_over(ordered.numbered, staging, total_ids, request.layout)
-            handing_over_done = time.monotonic()
-
-            step(f"rebuild: writing SST files for {total_ids:,} ids")
-            buckets: list[bulk_load.BucketFiles] = []
-            if total_ids and ship:
-                buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", total_ids, request.layout)
-            elif total_ids:
-                buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", total_ids, request.layout)
+            buckets, handing_over_done = _sst_files(spark, request, ordered, staging, step)
             sst_bytes = sum(b.ids_path.stat().st_size + b.times_path.stat().st_size for b in buckets)
             writing_done = time.monotonic()
-
             step("rebuild: ingesting the SST files into a fresh store")
-            state = StoreState(
-                next_seq=total_ids, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop
-            )
-            built = staging / "store"
-            bulk_load.ingest(
-                built, topic=request.input_topic, partition=request.partition, buckets=buckets, state=state
-            ).close()
-            replaced = _place(built, plan.target, request.replace)
+            state, replaced = _ingest(request, plan, buckets, ordered.ids, staging / "store")
     finally:
         for frame in ordered.cached if ordered is not None else ():
             frame.unpersist()
@@ -183,8 +158,8 @@ def run_rebuild(
         store=plan.target,
         output_offsets=(plan.output_range.start, plan.output_range.stop),
         records_read=ordered.keyed_records + ordered.unkeyed_records,
-        ids=total_ids,
-        duplicate_records=ordered.keyed_records - total_ids,
+        ids=ordered.ids,
+        duplicate_records=ordered.keyed_records - ordered.ids,
         unkeyed_records=ordered.unkeyed_records,
         files=len(buckets),
         sst_bytes=sst_bytes,
@@ -197,6 +172,40 @@ def run_rebuild(
         seconds_handing_over=handing_over_done - ordering_done,
         without_duplicates=ordered.without_duplicates,
     )
+
+
+def _sst_files(
+    spark: SparkSession, request: RebuildRequest, ordered: Ordered, staging: Path, step: Callable[[str], None]
+) -> tuple[list[bulk_load.BucketFiles], float]:
+    """Phases 2 and 3: the numbered ids handed over to the SST writers (local master), then the files written;
+    on a cluster the two are one. Returns the files and when the hand-over ended."""
+    total_ids = ordered.ids
+    local = spark.sparkContext.master.startswith("local")
+    ship = request.ship_files if request.ship_files is not None else not local
+    folders: list[tuple[int, str]] = []
+    if total_ids and not ship:
+        step(f"rebuild: handing {total_ids:,} ids over to the SST writers")
+        folders = rebuild_sst.hand_over(ordered.numbered, staging, total_ids, request.layout)
+    handing_over_done = time.monotonic()
+    step(f"rebuild: writing SST files for {total_ids:,} ids")
+    buckets: list[bulk_load.BucketFiles] = []
+    if total_ids and ship:
+        buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", total_ids, request.layout)
+    elif total_ids:
+        buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", total_ids, request.layout)
+    return buckets, handing_over_done
+
+
+def _ingest(
+    request: RebuildRequest, plan: _Plan, buckets: list[bulk_load.BucketFiles], total_ids: int, built: Path
+) -> tuple[StoreState, Path | None]:
+    """Phase 4: a fresh store at ``built`` from the files, its state set, renamed into place. Returns the state
+    and where an existing store was moved (``--replace``)."""
+    state = StoreState(next_seq=total_ids, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop)
+    bulk_load.ingest(
+        built, topic=request.input_topic, partition=request.partition, buckets=buckets, state=state
+    ).close()
+    return state, _place(built, plan.target, request.replace)
 
 
 def _place(built: Path, target: Path, replace: bool) -> Path | None:

@@ -140,41 +140,16 @@ def run_replay(
 ) -> ReplayReport:
     started = time.monotonic()
     ranges = ranges if ranges is not None else prepare(request)
-    partitions = [r.partition for r in ranges]
     options = spark_kafka_options(request.kafka, request.kafka_java_settings)
     cached: list[DataFrame] = []
     try:
         with tracking(spark, sink) as step:
             step("replay: reading the input range, extracting ids")
-            records = kafka_records(spark, options, request.input_topic, ranges, headers=True)
-            ident = input_id(F.col("key"), F.col("value"), request.value_format, request.id_field)
-            inp = records.withColumn("id", ident).persist(StorageLevel.MEMORY_AND_DISK)
-            cached.append(inp)
-            input_stats = {
-                row["partition"]: (row["records"], row["distinct"])
-                for row in inp.groupBy("partition")
-                .agg(F.count(F.lit(1)).alias("records"), F.countDistinct("id").alias("distinct"))
-                .collect()
-            }
+            inp = _cached(cached, _input_ids(spark, request, options, ranges))
+            input_stats = _input_stats(inp)
 
             step("replay: reading the output, finding what it lacks")
-            output_ranges = resolve_topic_ranges(request.kafka, request.output_topic, partitions, None, None)
-            published = (
-                kafka_records(spark, options, request.output_topic, output_ranges)
-                .select(output_id(F.col("key")).alias("id"))
-                .where(F.col("id").isNotNull())
-                .distinct()
-            )
-            first = Window.partitionBy("id").orderBy("partition", "offset")
-            missing = (
-                inp.where(F.col("id").isNotNull())
-                .join(published, "id", "left_anti")
-                .withColumn("occurrence", F.row_number().over(first))
-                .where(F.col("occurrence") == 1)
-                .drop("occurrence")
-                .persist(StorageLevel.MEMORY_AND_DISK)
-            )
-            cached.append(missing)
+            missing = _cached(cached, _missing_from_output(spark, request, options, inp, [r.partition for r in ranges]))
             missing_counts = {row["partition"]: row["count"] for row in missing.groupBy("partition").count().collect()}
             samples = _samples(missing, request.sample_size)
 
@@ -190,10 +165,10 @@ def run_replay(
     finally:
         for frame in cached:
             frame.unpersist()
-    report_partitions = []
+    partitions = []
     for r in ranges:
         records, distinct = input_stats.get(r.partition, (0, 0))
-        report_partitions.append(
+        partitions.append(
             PartitionReplay(
                 partition=r.partition,
                 input_offsets=(r.start, r.stop),
@@ -208,9 +183,51 @@ def run_replay(
         input_topic=request.input_topic,
         output_topic=request.output_topic,
         dry_run=request.dry_run,
-        partitions=tuple(report_partitions),
+        partitions=tuple(partitions),
         samples=samples,
         seconds=time.monotonic() - started,
+    )
+
+
+def _cached(cached: list[DataFrame], frame: DataFrame) -> DataFrame:
+    """``frame`` kept (memory, then disk) while several actions read it; ``cached`` lists what to release."""
+    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    cached.append(kept)
+    return kept
+
+
+def _input_ids(
+    spark: SparkSession, request: ReplayRequest, options: dict[str, str], ranges: list[PartitionRange]
+) -> DataFrame:
+    """The input range's records (with headers, to replay them whole) and each one's id by the worker's rules."""
+    records = kafka_records(spark, options, request.input_topic, ranges, headers=True)
+    return records.withColumn("id", input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
+
+
+def _input_stats(inp: DataFrame) -> dict[int, tuple[int, int]]:
+    """Records and distinct ids per partition."""
+    counts = inp.groupBy("partition").agg(F.count(F.lit(1)).alias("records"), F.countDistinct("id").alias("distinct"))
+    return {row["partition"]: (row["records"], row["distinct"]) for row in counts.collect()}
+
+
+def _missing_from_output(
+    spark: SparkSession, request: ReplayRequest, options: dict[str, str], inp: DataFrame, partitions: list[int]
+) -> DataFrame:
+    """The first input record of each valid id the output lacks; the whole retained output is the reference."""
+    output_ranges = resolve_topic_ranges(request.kafka, request.output_topic, partitions, None, None)
+    published = (
+        kafka_records(spark, options, request.output_topic, output_ranges)
+        .select(output_id(F.col("key")).alias("id"))
+        .where(F.col("id").isNotNull())
+        .distinct()
+    )
+    first = Window.partitionBy("id").orderBy("partition", "offset")
+    return (
+        inp.where(F.col("id").isNotNull())
+        .join(published, "id", "left_anti")
+        .withColumn("occurrence", F.row_number().over(first))
+        .where(F.col("occurrence") == 1)
+        .drop("occurrence")
     )
 
 

@@ -18,7 +18,8 @@ from dedupectl.spark.session import SparkSettings, preflight, spark_session
 
 T = TypeVar("T")
 
-_DEDUPE_ERROR = re.compile(r"^dedupectl\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+# each layer defines its own errors (store, reconcile, snapshots, dedupectl): a traceback names the class's module
+_DEDUPE_ERROR = re.compile(r"^(?:store|reconcile|snapshots|dedupectl)\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
 _DATA_LOSS = "Some data may have been lost"
 
 
@@ -82,7 +83,7 @@ def _root_cause(error: BaseException) -> str:
             text = str(cause.toString())
             # a Python worker's traceback travels inside the Java message
             full = str(java.toString())
-            return full if "dedupectl.errors." in full else text
+            return full if _DEDUPE_ERROR.search(full) else text
         except Exception:  # the JVM is gone: fall back to the Python-side text
             pass
     text = str(error)

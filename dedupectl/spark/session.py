@@ -300,16 +300,31 @@ def format_command(command: Sequence[str]) -> str:
     return " ".join(shlex.quote(part) for part in command)
 
 
-def submit_plan(settings: SparkSettings, job_args: Sequence[str], notify=None) -> tuple[str, bool]:
-    """``--print-submit``: the spark-submit command line for this job, and whether secrets were redacted.
+def submit_plan(settings: SparkSettings, command: str, argv: Sequence[str], notify=None) -> tuple[str, bool]:
+    """``--print-submit``: the spark-submit command line that runs ``command`` (``audit``…) as the operator
+    gave it in ``argv`` (dedupectl's arguments), and whether secrets were redacted.
 
-    ``job_args`` are the command's own arguments without ``--master``/``--print-submit``; secret-looking
-    ``-X``/``--spark-kafka-option`` values are replaced by ``***`` (pass secrets with ``--config`` or the
-    environment on the cluster instead of a command line)."""
+    Secret-looking ``-X``/``--spark-kafka-option`` values are replaced by ``***`` (pass secrets with
+    ``--config`` or the environment on the cluster instead of a command line)."""
     check_master(settings.master, probe=False)  # the cluster may be reachable only from where it is submitted
     jars = ensure_connector_jars(notify)
-    args, redacted = redact_args(job_args)
+    args, redacted = redact_args(job_arguments(command, argv))
     return format_command(submit_command(settings, jars, args)), redacted
+
+
+def job_arguments(command: str, argv: Sequence[str]) -> list[str]:
+    """``command`` and its arguments from ``argv``, less what spark-submit itself says or this run alone
+    asked for (``--master``, ``--print-submit``) and the global options given before the command."""
+    args = argv[argv.index(command) + 1 :] if command in argv else list(argv)
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--master":
+            skip = True
+        elif not arg.startswith("--master=") and arg != "--print-submit":
+            kept.append(arg)
+    return [command, *kept]
 
 
 def redact_args(args: Sequence[str]) -> tuple[list[str], bool]:

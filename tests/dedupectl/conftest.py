@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,9 +68,15 @@ class Pipeline:
         ]  # fmt: skip
 
     def spawn_worker(
-        self, worker_id: str, data_dir: Path, *extra: str, env: dict[str, str] | None = None
+        self,
+        worker_id: str,
+        data_dir: Path,
+        *extra: str,
+        env: dict[str, str] | None = None,
+        wrap: Callable[[list[str]], list[str]] = list,
     ) -> subprocess.Popen:
-        """``dedupectl run`` as a real process (so it can be SIGKILLed or SIGSTOPped)."""
+        """``dedupectl run`` as a real process (so it can be SIGKILLed or SIGSTOPped); ``wrap`` may prefix its
+        command, e.g. to run it in another mount namespace."""
         full_env = {
             **os.environ,
             "DEDUPECTL_SESSION_TIMEOUT_MS": "6000",
@@ -78,7 +84,7 @@ class Pipeline:
             **(env or {}),
         }
         return subprocess.Popen(
-            self.cli_args(worker_id, data_dir, *extra),
+            wrap(self.cli_args(worker_id, data_dir, *extra)),
             env=full_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

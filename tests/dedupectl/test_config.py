@@ -65,6 +65,13 @@ def test_unknown_environment_variable_is_refused():
         resolve_worker_config(env={"DEDUPECTL_BATCH_MAX_MESAGES": "1"}, flags=BASE)
 
 
+def test_the_local_brokers_version_variables_are_not_worker_settings():
+    # exported for `dedupectl dev` and the tests, inherited by every worker they start
+    env = {"DEDUPECTL_DEV_KAFKA_VERSION": "3.9.1", "DEDUPECTL_TEST_KAFKA_VERSION": "3.9.1"}
+    config = resolve_worker_config(env=env, flags=BASE)
+    assert "version" not in config.kafka.client_settings()
+
+
 def test_missing_file_and_missing_required_values(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         resolve_worker_config(tmp_path / "nope.toml", {}, BASE)

@@ -6,6 +6,7 @@ Most tests use the session broker; the lifecycle tests start one more broker at 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -20,8 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
-from dedupectl.cli import dev_cmd
-from dedupectl.devbroker import LocalBroker
+from dedupectl.cli.commands import dev as dev_command
+from dedupectl.devbroker import VERSION_ENV, LocalBroker, kafka_libs_dir, kafka_version, resolve_kafka_version
 from dedupectl.errors import LocalBrokerError
 
 # --- helpers --------------------------------------------------------------------------------------------
@@ -62,9 +63,9 @@ def transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
 
 
 @pytest.fixture
-def extra_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+def extra_broker(tmp_path: Path, broker_kafka_version: str) -> Iterator[LocalBroker]:
     """A second, small broker (not started) in this test's folder, always stopped afterwards."""
-    broker = LocalBroker(tmp_path / "broker", heap_mb=256)
+    broker = LocalBroker(tmp_path / "broker", heap_mb=256, kafka_version=broker_kafka_version)
     try:
         yield broker
     finally:
@@ -74,7 +75,9 @@ def extra_broker(tmp_path: Path) -> Iterator[LocalBroker]:
 # --- lifecycle ------------------------------------------------------------------------------------------
 
 
-def test_start_status_stop_restart(extra_broker: LocalBroker, unique_name: Callable[[str], str]) -> None:
+def test_start_status_stop_restart(
+    extra_broker: LocalBroker, unique_name: Callable[[str], str], broker_kafka_version: str
+) -> None:
     bootstrap = extra_broker.start()
     topic = unique_name("kept")
     create_topic(bootstrap, topic)
@@ -82,7 +85,11 @@ def test_start_status_stop_restart(extra_broker: LocalBroker, unique_name: Calla
     status = extra_broker.status()
     assert bootstrap.startswith("127.0.0.1:")
     assert status.running and status.bootstrap == bootstrap and status.pid is not None
-    assert json.loads((extra_broker.state_dir / "broker.json").read_text())["pid"] == status.pid
+    assert status.kafka_version == broker_kafka_version
+    record = json.loads((extra_broker.state_dir / "broker.json").read_text())
+    assert (record["pid"], record["kafka_version"]) == (status.pid, broker_kafka_version)
+    server_log = (extra_broker.logs_dir / "server.log").read_text()
+    assert "] INFO " in server_log, "the logging config of this Kafka line is read"
     assert extra_broker.start() == bootstrap, "a second start finds the running broker"
 
     reattached = LocalBroker.from_state_dir(extra_broker.state_dir)
@@ -135,9 +142,42 @@ def test_state_dir_without_broker_is_an_actionable_error(tmp_path: Path) -> None
     assert "dedupectl dev broker start" in str(caught.value)
 
 
+# --- choosing the version -------------------------------------------------------------------------------
+
+
+def test_the_version_is_the_one_asked_for_else_the_environment_else_the_pom(monkeypatch) -> None:
+    monkeypatch.delenv(VERSION_ENV, raising=False)
+    assert resolve_kafka_version() == kafka_version()
+    monkeypatch.setenv(VERSION_ENV, "3.9.1")
+    assert resolve_kafka_version() == "3.9.1"
+    assert resolve_kafka_version("4.1.0") == "4.1.0"
+    assert kafka_libs_dir("3.9.1").parent.name == "kafka-3.9.1", "jars are cached per version"
+
+
+@pytest.mark.parametrize("version", ["2.8.2", "latest", "4.0", "5.0.0"])
+def test_an_unsupported_version_is_refused_in_one_line(version: str) -> None:
+    with pytest.raises(LocalBrokerError, match="is not supported by the local broker") as caught:
+        resolve_kafka_version(version)
+    assert "3.x or 4.x" in str(caught.value)
+
+
+def test_a_state_dir_keeps_the_version_that_formatted_it(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv(VERSION_ENV, raising=False)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.properties").write_text("version=1\n")
+    (tmp_path / "kafka-version").write_text("3.9.1\n")
+
+    assert LocalBroker(tmp_path)._version_to_run() == "3.9.1", "no version asked for: the state dir's"
+    with pytest.raises(LocalBrokerError, match=re.escape("holds the data of Kafka 3.9.1, not 4.4.0")) as caught:
+        LocalBroker(tmp_path, kafka_version="4.4.0").start()
+    assert "--kafka-version 3.9.1" in str(caught.value)
+    assert not (tmp_path / "broker.json").exists(), "nothing was started"
+
+
 # --- transactions on the session broker -----------------------------------------------------------------
 
 
+@pytest.mark.kafka_compat
 def test_read_committed_sees_committed_not_aborted(
     kafka_broker: LocalBroker, unique_name: Callable[[str], str]
 ) -> None:
@@ -163,6 +203,7 @@ def test_read_committed_sees_committed_not_aborted(
     ]
 
 
+@pytest.mark.kafka_compat
 def test_offsets_commit_inside_a_transaction(kafka_broker: LocalBroker, unique_name: Callable[[str], str]) -> None:
     # The worker's step 3: output records and input offsets in one transaction (needs __consumer_offsets).
     bootstrap = kafka_broker.bootstrap_servers
@@ -193,7 +234,7 @@ def dev_app() -> typer.Typer:
     def _root() -> None:
         pass
 
-    dev_cmd.register(app)
+    dev_command.register(app)
     return app
 
 
@@ -205,6 +246,16 @@ def test_cli_status_json(kafka_broker: LocalBroker) -> None:
     status = json.loads(result.stdout)
     assert status["running"] is True
     assert status["bootstrap"] == kafka_broker.bootstrap_servers
+    assert status["kafka_version"] == kafka_broker.formatted_version()
+
+
+def test_cli_fetch_kafka_for_a_chosen_version(broker_kafka_version: str) -> None:
+    # the run's own version: its jars are in the cache already, so nothing is downloaded
+    args = ["dev", "fetch-kafka", "--kafka-version", broker_kafka_version, "--json"]
+    result = CliRunner().invoke(dev_app(), args)
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["libs_dir"] == str(kafka_libs_dir(broker_kafka_version))
 
 
 def test_cli_status_without_broker_raises_the_operator_error(tmp_path: Path) -> None:

@@ -7,9 +7,13 @@ import json
 import re
 import urllib.request
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from dedupectl.worker import Worker
+
+# CI runs these a second time on the previous Kafka line (scripts/test.sh)
+pytestmark = pytest.mark.kafka_compat
 
 
 def event(message_id: str, n: int) -> bytes:

@@ -394,19 +394,6 @@ def test_piped_output_keeps_ids_whole_and_stderr_free_of_blank_lines(cli_process
     assert "KiB" in listed.stdout and "completed" in listed.stdout
 
 
-def test_plain_progress_lines_for_long_steps_in_mib(capsys):
-    from dedupectl.cli.snapshot_cmds import RichTransferProgress
-
-    progress = RichTransferProgress()
-    progress.PLAIN_EVERY_S = 0.0  # every step counts as long here
-    progress.start("uploading s-0-20260101T000000.000Z", 3 * 1024 * 1024)
-    progress.advance(1024 * 1024)
-    progress.finish()
-    lines = capsys.readouterr().err.splitlines()
-    assert lines[0] == "uploading s-0-20260101T000000.000Z: 1.0 MiB of 3.0 MiB"
-    assert lines[1].startswith("uploading s-0-20260101T000000.000Z: 3.0 MiB in ")
-
-
 def test_ebs_snapshot_of_an_untagged_volume_that_the_mount_shows_holds_the_store(
     cli, ec2, make_store, unique_name, volume_mount
 ):

@@ -1,5 +1,5 @@
 """The project's Spark set-up without a JVM: which connector jars are kept, the cache, the configuration a
-job starts with, and the master check."""
+job starts with, the master check, what a submitted job is given, and what an audit compares."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark import jars
-from dedupectl.spark.session import SparkSettings, check_master, parse_conf, spark_conf_entries
+from dedupectl.spark.audit_sides import audit_sides
+from dedupectl.spark.session import SparkSettings, check_master, job_arguments, parse_conf, spark_conf_entries
+from dedupectl.spark.sources import FileSource, TopicSource
 
 
 @pytest.mark.parametrize(
@@ -98,3 +100,29 @@ def test_master_urls():
     with pytest.raises(SparkError, match="cannot reach the Spark master"):
         check_master("spark://127.0.0.1:1")
     assert parse_conf(["a=b=c"]) == {"a": "b=c"}
+
+
+def test_the_submitted_job_keeps_the_commands_own_arguments():
+    argv = ["--debug", "audit", "-c", "d.toml", "--master", "yarn", "--window", "24h", "--print-submit"]
+    assert job_arguments("audit", argv) == ["audit", "-c", "d.toml", "--window", "24h"]
+    assert job_arguments("rebuild", ["rebuild", "-p", "3", "--master=spark://m:7077"]) == ["rebuild", "-p", "3"]
+
+
+def test_audit_sides_from_files_topics_or_both(tmp_path):
+    flags = {"bootstrap_servers": "broker:9092", "input_topic": "events", "output_topic": "events-deduped"}
+    topics = audit_sides(None, flags, env={})
+    assert (topics.input, topics.output) == (TopicSource("events"), TopicSource("events-deduped"))
+    assert topics.kafka.bootstrap_servers == "broker:9092" and topics.value_format == "json"
+
+    archive = str(tmp_path / "in.jsonl")
+    one_side = audit_sides(None, {**flags, "input_topic": None}, input_files=archive, env={})
+    assert (one_side.input, one_side.output) == (FileSource(archive), TopicSource("events-deduped"))
+    assert one_side.kafka is not None, "the output is still read from Kafka"
+
+    files_only = audit_sides(None, {"id_field": "eventId"}, input_files=archive, output_files=archive, env={})
+    assert files_only.kafka is None and (files_only.value_format, files_only.id_field) == ("json", "eventId")
+
+    with pytest.raises(ConfigError, match="no output_topic given"):
+        audit_sides(None, {**flags, "output_topic": None}, input_files=archive, env={})
+    with pytest.raises(ConfigError, match="--files-format must be one of"):
+        audit_sides(None, flags, input_files=archive, files_format="csv", env={})

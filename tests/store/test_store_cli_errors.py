@@ -12,7 +12,7 @@ from rocksdict import Options, Rdict
 from dedupectl.cli import app as cli
 from dedupectl.errors import ConfigError
 from store.dedup_store import DedupStore
-from store.sizes import format_duration, format_size, parse_duration, parse_size
+from store.sizes import format_age, format_duration, format_size, parse_duration, parse_size
 
 
 @pytest.fixture
@@ -122,4 +122,10 @@ def test_human_formats():
         "1d 2h",
         "59s",
         "1h 30m",
+    )
+    assert (format_age(10_800), format_age(93_784), format_age(None), format_age(-3)) == (
+        "3h ago",
+        "1d 2h ago",
+        "-",
+        "in 3s",
     )

@@ -16,8 +16,16 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from dedupectl.cli.common import JsonOption
+from dedupectl.cli.options import (
+    DataDirOption,
+    JsonOption,
+    MaxBytesOption,
+    MaxKeysOption,
+    PartitionsOption,
+    StoreTopicOption,
+)
 from dedupectl.cli.output import console, err_console, print_json, print_table
+from dedupectl.cli.progress import status_line
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy
 from store.codec import COLUMN_FAMILIES, GAP_RETENTION, OutputGap
@@ -25,20 +33,8 @@ from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
 from store.inspect_stats import StoreStats, store_stats
 from store.operations import accept_gaps, age_stores, compact_stores, list_sst, lookup_ids
 from store.selection import StoreRef, partitions_without_store, select_stores
-from store.sizes import format_duration, format_size, parse_duration, parse_size
+from store.sizes import format_age, format_duration, format_size, parse_duration, parse_size
 from store.window import WindowInfo, read_windows
-
-DataDirOption = typer.Option(
-    Path("dedupectl-data"),
-    "--data-dir",
-    "-d",
-    envvar="DEDUPECTL_DATA_DIR",
-    help="The worker's data directory (or DEDUPECTL_DATA_DIR).",
-)
-TopicOption = typer.Option(
-    None, "--topic", "-t", help="Input topic of the stores (needed when the data directory holds several)."
-)
-PartitionOption = typer.Option(None, "--partition", "-p", help="A partition (repeatable); default: every partition.")
 
 
 def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[StoreRef]:
@@ -46,9 +42,14 @@ def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> li
 
 
 def _when(timestamp_ms: int | None) -> str:
+    """A record timestamp to the minute, in UTC: ``2026-11-24 12:30Z`` (--json has the milliseconds)."""
     if timestamp_ms is None:
         return "-"
-    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%MZ")
+
+
+def _age_seconds(timestamp_ms: int | None) -> float | None:
+    return None if timestamp_ms is None else time.time() - timestamp_ms / 1000
 
 
 def _count(value: int | None) -> str:
@@ -64,12 +65,10 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 def age(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
-    max_keys: int | None = typer.Option(None, "--max-keys", help="Keep at most this many ids per partition."),
-    max_bytes: str | None = typer.Option(
-        None, "--max-bytes", help="Keep at most this much SST data per partition, e.g. 40GiB or 500MB."
-    ),
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
+    max_keys: int | None = MaxKeysOption,
+    max_bytes: str | None = MaxBytesOption,
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Only say how many ids would go and the window left (works while the worker runs)."
     ),
@@ -89,9 +88,9 @@ def age(
     if not policy.bounded:
         raise ConfigError("no bound given", "pass --max-keys and/or --max-bytes")
     refs = _refs(data_dir, topic, partition)
-    with err_console.status("aging") as status:
+    with status_line("aging") as step:
         outcomes = age_stores(
-            refs, policy, dry_run=dry_run, on_store=lambda ref: status.update(f"aging partition {ref.partition}")
+            refs, policy, dry_run=dry_run, on_store=lambda ref: step(f"aging partition {ref.partition}")
         )
     if json_output:
         print_json(outcomes)
@@ -145,8 +144,8 @@ def _window_json(info: WindowInfo, floor: float | None) -> dict:
 
 def window(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     minimum: str | None = typer.Option(
         None, "--min", help="Exit 1 when any partition's window is shorter than this, e.g. 24h (for alerting)."
     ),
@@ -173,9 +172,8 @@ def window(
         records += [{"topic": refs[0].topic, "partition": p, "no_store": True} for p in missing]
         print_json(sorted(records, key=lambda record: record["partition"]))
     else:
-        columns = ["partition", "ids", "ids/h", "bytes on disk", "B/id", "oldest seq", "oldest", "newest seq"]
-        columns.append("newest")
-        columns.append("window")
+        # the oldest id's age is the window, the newest seq the oldest's plus the ids: --json has all four
+        columns = ["partition", "ids", "ids/h", "on disk", "B/id", "oldest seq", "newest", "window"]
         if floor is not None:
             columns.append(f"≥ {format_duration(floor)}")
         rows = []
@@ -187,9 +185,7 @@ def window(
                 format_size(info.disk_bytes),
                 _number(info.bytes_per_id),
                 _count(info.oldest_seq),
-                _when(info.oldest_ts_ms),
-                _count(info.newest_seq),
-                _when(info.newest_ts_ms),
+                format_age(_age_seconds(info.newest_ts_ms)),
                 format_duration(info.window_seconds) if info.window_seconds is not None else "empty",
             ]
             if floor is not None:
@@ -218,8 +214,9 @@ def window(
 # -- stats -----------------------------------------------------------------------------------------------
 
 
-_STATS_COLUMNS = ["Level", "Files", "Size", "Score", "Read(GB)", "Write(GB)", "W-Amp", "Comp(sec)", "Comp(cnt)"]
-_STATS_COLUMNS += ["KeyIn", "KeyDrop"]
+# RocksDB's own headers, with a space where a narrow column may break them
+_STATS_COLUMNS = ["Level", "Files", "Size", "Score", "Read (GB)", "Write (GB)", "W-Amp", "Comp (sec)"]
+_STATS_COLUMNS += ["Comp (cnt)", "KeyIn", "KeyDrop"]
 
 
 def _print_stats(stats: StoreStats) -> None:
@@ -273,8 +270,8 @@ def _print_stats(stats: StoreStats) -> None:
 
 def stats(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
     """RocksDB's per-level compaction table per column family, estimated keys, sizes and bloom-filter usefulness.
@@ -311,8 +308,8 @@ _FAMILY_NAMES = ", ".join(COLUMN_FAMILIES[:-1]) + f" or {COLUMN_FAMILIES[-1]}"  
 
 def sst(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     json_output: bool = JsonOption,
 ) -> None:
@@ -346,6 +343,7 @@ def sst(
             )
             for row in rows
         ],
+        whole=("file",),
     )
 
 
@@ -377,8 +375,8 @@ _JOB_COLUMNS += ["keys in", "dropped", "seconds"]
 
 def compactions(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     last: int = typer.Option(20, "--last", "-n", help="How many recent jobs per partition."),
     family: list[str] | None = typer.Option(None, "--family", "-f", help=f"{_FAMILY_NAMES} (repeatable)."),
     kind: list[str] | None = typer.Option(
@@ -428,11 +426,11 @@ def compactions(
 def lookup(
     ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID..."),
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Is this id in the window? Its partition, sequence number, record timestamp and age.
+    """Is this id in the window? Its partition, sequence number and record timestamp (and age, with --json).
 
     Example: dedupectl lookup -d /var/lib/dedupectl ajs-8f3c2e1d0b9a47c6a5d4e3f2a1b0c9d8
     """
@@ -442,7 +440,7 @@ def lookup(
         return
     print_table(
         "lookup",
-        ["id", "partition", "in window", "seq", "timestamp", "age"],
+        ["id", "partition", "in window", "seq", "timestamp"],  # the age is in --json
         [
             (
                 r.id,
@@ -450,10 +448,10 @@ def lookup(
                 "yes" if r.in_window else "no",
                 _count(r.seq),
                 _when(r.timestamp_ms),
-                format_duration(r.age_seconds),
             )
             for r in results
         ],
+        whole=("id",),
     )
 
 
@@ -462,8 +460,8 @@ def lookup(
 
 def compact(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
-    partition: list[int] | None = PartitionOption,
+    topic: str | None = StoreTopicOption,
+    partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Compact a stopped store: drop aged-out files, merge small ones, clear the tombstones aging left.
@@ -473,8 +471,8 @@ def compact(
     Example: dedupectl compact -d /var/lib/dedupectl -p 0
     """
     refs = _refs(data_dir, topic, partition)
-    with err_console.status("compacting") as status:
-        outcomes = compact_stores(refs, on_store=lambda ref: status.update(f"compacting partition {ref.partition}"))
+    with status_line("compacting") as step:
+        outcomes = compact_stores(refs, on_store=lambda ref: step(f"compacting partition {ref.partition}"))
     if json_output:
         print_json(outcomes)
         return
@@ -530,7 +528,7 @@ def _print_gaps(infos: Sequence[WindowInfo], data_dir: Path) -> None:
 
 def accept_gap(
     data_dir: Path = DataDirOption,
-    topic: str | None = TopicOption,
+    topic: str | None = StoreTopicOption,
     partition: list[int] = typer.Option(
         ..., "--partition", "-p", help="A partition the worker refused (repeatable; never every partition)."
     ),

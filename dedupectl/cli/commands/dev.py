@@ -9,7 +9,9 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json, print_table
+from dedupectl.cli.progress import status_line
 from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker, ensure_kafka_libs
 
 dev_app = typer.Typer(
@@ -18,10 +20,10 @@ dev_app = typer.Typer(
 broker_app = typer.Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
 dev_app.add_typer(broker_app, name="broker")
 
-STATE_DIR_OPTION = typer.Option(
+StateDirOption = typer.Option(
     DEFAULT_STATE_DIR, "--state-dir", help="Folder holding the broker's config, data, logs and broker.json."
 )
-JSON_OPTION = typer.Option(False, "--json", help="Print JSON for scripts instead of text.")
+VERSION_HELP = "Kafka release, e.g. 3.9.1 (default: $DEDUPECTL_DEV_KAFKA_VERSION, else tools/kafka/pom.xml's)."
 
 
 def register(app: typer.Typer) -> None:
@@ -31,10 +33,13 @@ def register(app: typer.Typer) -> None:
 
 @broker_app.command("start")
 def start(
-    state_dir: Path = STATE_DIR_OPTION,
+    state_dir: Path = StateDirOption,
     heap_mb: int = typer.Option(512, "--heap-mb", min=128, help="JVM heap of the broker, in MiB."),
     timeout: float = typer.Option(90, "--timeout", min=1, help="Seconds to wait for the broker to serve."),
-    json_output: bool = JSON_OPTION,
+    kafka_version: str | None = typer.Option(
+        None, "--kafka-version", help=VERSION_HELP + " A state dir keeps the version that formatted it."
+    ),
+    json_output: bool = JsonOption,
 ) -> None:
     """Start the broker in the background (or find it running) and print its bootstrap servers.
 
@@ -44,21 +49,23 @@ def start(
 
     Example: eval "$(dedupectl dev broker start | tail -n 1)"
     """
-    broker = LocalBroker(state_dir, heap_mb=heap_mb)
+    broker = LocalBroker(state_dir, heap_mb=heap_mb, kafka_version=kafka_version)
     if json_output:
         broker.start(timeout=timeout)
         print_json(broker.status())
         return
-    with console.status(f"starting the local Kafka broker in {state_dir}"):
+    with status_line(f"starting the local Kafka broker in {state_dir}"):
         bootstrap = broker.start(timeout=timeout)
     status = broker.status()
-    console.print(f"Kafka broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})")
+    console.print(
+        f"Kafka {status.kafka_version} broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})"
+    )
     typer.echo(f"export DEDUPECTL_BOOTSTRAP_SERVERS={bootstrap}")
 
 
 @broker_app.command("stop")
 def stop(
-    state_dir: Path = STATE_DIR_OPTION,
+    state_dir: Path = StateDirOption,
     timeout: float = typer.Option(30, "--timeout", min=1, help="Seconds to wait before killing the broker."),
 ) -> None:
     """Stop the broker cleanly (SIGTERM, then SIGKILL after --timeout); its data is kept.
@@ -72,7 +79,7 @@ def stop(
 
 
 @broker_app.command("status")
-def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JSON_OPTION) -> None:
+def status(state_dir: Path = StateDirOption, json_output: bool = JsonOption) -> None:
     """Show whether the broker runs, its pid and bootstrap servers; exits 1 when it does not run.
 
     Example: dedupectl dev broker status --json
@@ -87,16 +94,19 @@ def status(state_dir: Path = STATE_DIR_OPTION, json_output: bool = JSON_OPTION) 
 
 
 @dev_app.command("fetch-kafka")
-def fetch_kafka(json_output: bool = JSON_OPTION) -> None:
+def fetch_kafka(
+    kafka_version: str | None = typer.Option(None, "--kafka-version", help=VERSION_HELP),
+    json_output: bool = JsonOption,
+) -> None:
     """Resolve the broker's jars from Maven Central into the local cache (done by `start` when needed).
 
-    Example: DEDUPECTL_CACHE_DIR=/tmp/cache dedupectl dev fetch-kafka
+    Example: dedupectl dev fetch-kafka --kafka-version 3.9.1
     """
     if json_output:
-        print_json({"libs_dir": ensure_kafka_libs()})
+        print_json({"libs_dir": ensure_kafka_libs(kafka_version)})
         return
-    with console.status("checking the Kafka jars") as spinner:
-        libs = ensure_kafka_libs(progress=spinner.update)
+    with status_line("checking the Kafka jars") as step:
+        libs = ensure_kafka_libs(kafka_version, progress=step)
     console.print(f"Kafka jars ready in {libs}")
 
 
@@ -105,6 +115,7 @@ def _print_status(current: BrokerStatus) -> None:
         ("running", "yes" if current.running else "no"),
         ("pid", current.pid),
         ("bootstrap servers", current.bootstrap),
+        ("kafka version", current.kafka_version),
         ("state dir", current.state_dir),
     ]
     print_table("Local Kafka broker", ("field", "value"), rows)

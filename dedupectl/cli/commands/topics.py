@@ -6,7 +6,16 @@ from pathlib import Path
 
 import typer
 
-from dedupectl.cli.common import BootstrapOption, ConfigOption, JsonOption, KafkaSettingOption, parse_kafka_settings
+from dedupectl.cli.options import (
+    BootstrapOption,
+    ConfigOption,
+    DeadLetterTopicOption,
+    InputTopicOption,
+    JsonOption,
+    KafkaSettingOption,
+    OutputTopicOption,
+    parse_kafka_settings,
+)
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
 from dedupectl.kafka_clients import create_topics
@@ -19,9 +28,9 @@ def create(
     partitions: int = typer.Option(..., "--partitions", "-p", help="Partitions of each topic."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i"),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o"),
-    dead_letter_topic: str | None = typer.Option(None, "--dead-letter-topic"),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    dead_letter_topic: str | None = DeadLetterTopicOption,
     replication_factor: int = typer.Option(-1, help="Replicas per partition (default: the broker's)."),
     kafka_setting: list[str] | None = KafkaSettingOption,
     json_output: bool = JsonOption,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from dedupectl.cli.common import JsonOption, setup_logging
-from dedupectl.cli.output import console, err_console, print_json
+from dedupectl.cli.options import JsonOption
+from dedupectl.cli.output import console, print_json
+from dedupectl.cli.progress import DemoSteps, ProgressDisplay
 from dedupectl.demo import run_demo
 
 # What each figure is called for people, grouped by where it was counted; --json keeps the field names.
@@ -83,25 +83,11 @@ def demo(
 
     Example: dedupectl demo --count 200000
     """
-    setup_logging("warning")
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
-    with progress:
-        task = progress.add_task("deduplicating", total=count, visible=False)
-
-        def step(text: str) -> None:
-            progress.console.print(f"• {text}")
-
-        def advance(summary) -> None:
-            progress.update(task, completed=summary.consumed, visible=True)
-
-        result = run_demo(count, duplicate_ratio=duplicates, invalid_ratio=invalid, step=step, on_progress=advance)
+    with ProgressDisplay() as display:
+        steps = DemoSteps(display, count)
+        result = run_demo(
+            count, duplicate_ratio=duplicates, invalid_ratio=invalid, step=steps.step, on_progress=steps.advance
+        )
     figures = result.figures()
     if json_output:
         print_json(figures)

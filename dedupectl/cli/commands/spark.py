@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from dedupectl.cli.common import (
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import (
     BootstrapOption,
+    CheckedDataDirOption,
+    ConfigDataDirOption,
     ConfigOption,
+    InputTopicOption,
     JsonOption,
     KafkaSettingOption,
+    LogLevelOption,
+    OutputTopicOption,
+    PartitionsOption,
+    ValueFormatOption,
     parse_kafka_settings,
-    setup_logging,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
+from dedupectl.cli.progress import JobSteps, ProgressDisplay
 from dedupectl.config import WorkerConfig, resolve_worker_config
-from dedupectl.errors import ConfigError
 from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
 from reconcile.ranges import FORMS, parse_bound
+from store.sizes import format_duration, format_size
 
 MasterOption = typer.Option(
     DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
@@ -35,67 +43,13 @@ SparkKafkaOption = typer.Option(
     "--spark-kafka-option",
     help="A Java Kafka client setting for Spark's Kafka source, key=value (repeatable), e.g. security.protocol=SSL.",
 )
-PartitionOption = typer.Option(None, "--partition", "-p", help="Partition to include (repeatable; default: all).")
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
-LogLevelOption = typer.Option("warning", "--log-level", help="debug, info, warning or error.")
-InputTopicOption = typer.Option(None, "--input-topic", "-i", help="The worker's input topic.")
-OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker's output topic.")
-ValueFormatOption = typer.Option(None, "--value-format", help="json or raw, as the worker runs.")
 IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
-_FILES = "(archived files)"
-
-
-class _Progress:
-    """The job's step and Spark's tasks on stderr; silent when stderr is not a terminal."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} tasks"),
-            TimeElapsedColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-            transient=True,
-        )
-        self._task = self._progress.add_task("preparing", total=None)
-
-    def __enter__(self) -> _Progress:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def notify(self, message: str) -> None:
-        self._progress.update(self._task, description=message, completed=0, total=None)
-
-    def step(self, description: str) -> None:
-        self._progress.update(self._task, description=description, completed=0, total=None)
-
-    def tasks(self, completed: int, total: int) -> None:
-        self._progress.update(self._task, completed=completed, total=total)
-
-
-def _job_args(command: str) -> list[str]:
-    """This command's arguments as given, minus the options that only make sense here (for spark-submit)."""
-    argv = sys.argv[1:]
-    args = argv[argv.index(command) + 1 :] if command in argv else argv
-    kept, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-        elif arg == "--master":
-            skip = True
-        elif not arg.startswith("--master=") and arg != "--print-submit":
-            kept.append(arg)
-    return [command, *kept]
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
-    line, redacted = submit_plan(settings, _job_args(command))
+    line, redacted = submit_plan(settings, command, sys.argv[1:])
     console.print(line, soft_wrap=True, highlight=False, markup=False)
     if redacted:
         err_console.print("secrets were redacted (***): give them to the job with --config or the environment")
@@ -109,6 +63,10 @@ def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
     return resolve_worker_config(config, flags=flags)
 
 
+def _java_settings(pairs: list[str] | None) -> dict[str, str]:
+    return parse_conf(pairs, "--spark-kafka-option", "security.protocol=SSL")
+
+
 def _bound(text: str | None, option: str):
     return None if text is None else parse_bound(text, option)
 
@@ -118,21 +76,30 @@ def _finish(log_file: Path | None, seconds: float) -> None:
     err_console.print(f"done in {seconds:.1f}s{where}", highlight=False)
 
 
-def _run_job(run, request, settings: SparkSettings):
-    """Run a job with its progress on stderr; Ctrl-C cancels it (exit 130)."""
+def _run_and_show(run, request, settings: SparkSettings, json_output: bool, as_json, render):
+    """Run a job with its progress on stderr (Ctrl-C cancels it: exit 130), then show its report: as JSON
+    with where it ran and its Spark log, or rendered for people with the time it took. Returns the report."""
+    started = time.monotonic()
     try:
-        with _Progress() as progress:
-            return run(request, settings, sink=progress, notify=progress.notify)
+        with ProgressDisplay() as display:
+            steps = JobSteps(display)
+            job = run(request, settings, sink=steps, notify=steps.notify)
     except KeyboardInterrupt:
         print_error("interrupted: the Spark job was cancelled; nothing it does is partial, run it again")
         raise typer.Exit(130) from None
+    if json_output:
+        print_json({**as_json(job.result), "master": job.master, "spark_log": job.log_file})
+    else:
+        render(job.result)
+        _finish(job.log_file, time.monotonic() - started)
+    return job.result
 
 
 # -- audit ---------------------------------------------------------------------------------------------
 
 
 def audit(
-    partition: list[int] | None = PartitionOption,
+    partition: list[int] | None = PartitionsOption,
     start: str | None = FromOption,
     stop: str | None = ToOption,
     output_start: str | None = typer.Option(
@@ -174,69 +141,51 @@ def audit(
     # pyspark is imported only by the Spark commands: every other command starts without it
     from dedupectl.spark.audit import AuditRequest, parse_window
     from dedupectl.spark.audit import audit as run
-    from dedupectl.spark.sources import FILE_FORMATS, FileSource, TopicSource
+    from dedupectl.spark.audit_sides import audit_sides
 
     setup_logging(log_level)
     settings = _settings(master, conf, "dedupectl-audit")
     if print_submit:
         _print_submit(settings, "audit")
         return
-    if files_format not in FILE_FORMATS:
-        raise ConfigError(f"--files-format must be one of {', '.join(FILE_FORMATS)}, got {files_format!r}")
-    files_only = bool(input_files and output_files)
-    if files_only:  # no Kafka at all: the format of ids comes from the flags alone
-        kafka, topics = None, (None, None)
-        value_format, id_field = value_format or "json", id_field or "messageId"
-    else:
-        worker = _worker_config(
-            config,
-            {
-                "bootstrap_servers": bootstrap_servers,
-                # a side read from files needs no topic: a placeholder satisfies the worker's config checks
-                "input_topic": _FILES if input_files else input_topic,
-                "output_topic": _FILES + " " if output_files else output_topic,
-                "value_format": value_format,
-                "id_field": id_field,
-                "kafka": parse_kafka_settings(kafka_setting),
-            },
-        )
-        kafka, topics = worker.kafka, (worker.input_topic, worker.output_topic)
-        value_format, id_field = worker.value_format, worker.id_field
+    flags = {
+        "bootstrap_servers": bootstrap_servers,
+        "input_topic": input_topic,
+        "output_topic": output_topic,
+        "value_format": value_format,
+        "id_field": id_field,
+        "kafka": parse_kafka_settings(kafka_setting),
+    }
+    files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
+    sides = audit_sides(config, flags, **files)
     request = AuditRequest(
-        input=FileSource(input_files, files_format) if input_files else TopicSource(topics[0]),
-        output=FileSource(output_files, files_format) if output_files else TopicSource(topics[1]),
-        kafka=kafka,
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        input=sides.input,
+        output=sides.output,
+        kafka=sides.kafka,
+        kafka_java_settings=_java_settings(spark_kafka_option),
         partitions=tuple(partition) if partition else None,
         start=_bound(start, "--from"),
         stop=_bound(stop, "--to"),
         output_start=_bound(output_start, "--output-from"),
         output_stop=_bound(output_stop, "--output-to"),
         window_ms=None if window is None else parse_window(window),
-        value_format=value_format,
-        id_field=id_field,
+        value_format=sides.value_format,
+        id_field=sides.id_field,
         sample_size=samples,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json(
-            {
-                "exit_code": report.exit_code,
-                "violations": report.violations,
-                **{k: getattr(report, k) for k in ("input", "output", "window_ms", "seconds")},
-                "dead_letter_reasons": dict(report.dead_letter_reasons),
-                "partitions": list(report.partitions),
-                "samples": list(report.samples),
-                "master": run_result.master,
-                "spark_log": run_result.log_file,
-            }
-        )
-    else:
-        _render_audit(report)
-        _finish(run_result.log_file, time.monotonic() - started)
+    report = _run_and_show(run, request, settings, json_output, _audit_json, _render_audit)
     raise typer.Exit(report.exit_code)
+
+
+def _audit_json(report) -> dict:
+    return {
+        "exit_code": report.exit_code,
+        "violations": report.violations,
+        **{k: getattr(report, k) for k in ("input", "output", "window_ms", "seconds")},
+        "dead_letter_reasons": dict(report.dead_letter_reasons),
+        "partitions": list(report.partitions),
+        "samples": list(report.samples),
+    }
 
 
 def _render_audit(report) -> None:
@@ -253,7 +202,7 @@ def _render_audit(report) -> None:
         )
         for p in report.partitions
     ]
-    window = "whole range" if report.window_ms is None else f"{report.window_ms / 3_600_000:g}h"
+    window = "whole range" if report.window_ms is None else format_duration(report.window_ms / 1000)
     print_table(
         f"audit {report.input} → {report.output} (window: {window})",
         ["partition", "input", "distinct ids", "output", "duplicates", "losses", "extras", "status"],
@@ -272,6 +221,7 @@ def _render_audit(report) -> None:
                 )
                 for s in report.samples
             ],
+            whole=("id",),
         )
     copies, dead = report.total("duplicate_records"), report.total("dead_letters")
     if copies:
@@ -295,13 +245,11 @@ def _render_audit(report) -> None:
 
 
 def replay(
-    partition: list[int] | None = PartitionOption,
+    partition: list[int] | None = PartitionsOption,
     start: str | None = FromOption,
     stop: str | None = ToOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Find what the output lacks; produce nothing."),
-    data_dir: Path | None = typer.Option(
-        None, "--data-dir", "-d", help="Also check the partitions' stores here for ids the worker would drop."
-    ),
+    data_dir: Path | None = CheckedDataDirOption,
     samples: int = typer.Option(5, "--samples", help="Replayed ids shown per partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
@@ -348,7 +296,7 @@ def replay(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
         output_topic=worker.output_topic,
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        kafka_java_settings=_java_settings(spark_kafka_option),
         partitions=tuple(partition) if partition else None,
         start=_bound(start, "--from"),
         stop=_bound(stop, "--to"),
@@ -358,25 +306,18 @@ def replay(
         data_dir=data_dir,
         sample_size=samples,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json(
-            {
-                "exit_code": report.exit_code,
-                **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
-                "replayed": report.total("replayed"),
-                "partitions": list(report.partitions),
-                "samples": list(report.samples),
-                "master": run_result.master,
-                "spark_log": run_result.log_file,
-            }
-        )
-    else:
-        _render_replay(report)
-        _finish(run_result.log_file, time.monotonic() - started)
+    report = _run_and_show(run, request, settings, json_output, _replay_json, _render_replay)
     raise typer.Exit(report.exit_code)
+
+
+def _replay_json(report) -> dict:
+    return {
+        "exit_code": report.exit_code,
+        **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
+        "replayed": report.total("replayed"),
+        "partitions": list(report.partitions),
+        "samples": list(report.samples),
+    }
 
 
 def _render_replay(report) -> None:
@@ -398,6 +339,7 @@ def _render_replay(report) -> None:
             "samples",
             ["partition", "id", "input offset"],
             [(s.partition, s.id.decode("utf-8", "backslashreplace"), s.offset) for s in report.samples],
+            whole=("id",),
         )
     missing, replayed = report.total("missing"), report.total("replayed")
     if report.dry_run:
@@ -422,14 +364,14 @@ def _render_replay(report) -> None:
 
 def rebuild(
     partition: int = typer.Option(..., "--partition", "-p", help="The partition whose store to build."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    data_dir: Path | None = ConfigDataDirOption,
     replace: bool = typer.Option(
         False, "--replace", help="Move an existing store aside (to <store>.replaced-<time>) instead of refusing."
     ),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input (names stores)."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The topic to build from."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -469,23 +411,10 @@ def rebuild(
         output_topic=worker.output_topic,
         partition=partition,
         data_dir=Path(worker.data_dir),
-        kafka_java_settings=parse_conf(spark_kafka_option, "--spark-kafka-option", "security.protocol=SSL"),
+        kafka_java_settings=_java_settings(spark_kafka_option),
         replace=replace,
     )
-    started = time.monotonic()
-    run_result = _run_job(run, request, settings)
-    report = run_result.result
-    if json_output:
-        print_json({**_plain(report), "master": run_result.master, "spark_log": run_result.log_file})
-    else:
-        _render_rebuild(report)
-        _finish(run_result.log_file, time.monotonic() - started)
-
-
-def _plain(report) -> dict:
-    from dataclasses import asdict
-
-    return asdict(report)
+    _run_and_show(run, request, settings, json_output, asdict, _render_rebuild)
 
 
 def _render_rebuild(report) -> None:
@@ -500,7 +429,7 @@ def _render_rebuild(report) -> None:
                 f"{report.records_read:,}",
                 f"{report.ids:,}",
                 f"{report.duplicate_records:,}",
-                f"{report.files} ({report.sst_bytes / 1e6:,.1f} MB)",
+                f"{report.files} ({format_size(report.sst_bytes)})",
                 f"{state.next_seq:,}",
             )
         ],

@@ -7,13 +7,21 @@ from pathlib import Path
 
 import typer
 
-from dedupectl.cli.common import (
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import (
     BootstrapOption,
+    ConfigDataDirOption,
     ConfigOption,
+    DeadLetterTopicOption,
+    InputTopicOption,
     JsonOption,
     KafkaSettingOption,
+    MaxBytesOption,
+    MaxKeysOption,
+    OutputTopicOption,
+    ValueFormatOption,
+    WorkerLogLevelOption,
     parse_kafka_settings,
-    setup_logging,
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
@@ -26,26 +34,22 @@ log = logging.getLogger("dedupectl.run")
 def run(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="Topic to deduplicate."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="Where new messages go."),
-    dead_letter_topic: str | None = typer.Option(
-        None, "--dead-letter-topic", help="Where unusable records go (default: <input>.dead-letter)."
-    ),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    dead_letter_topic: str | None = DeadLetterTopicOption,
     group_id: str | None = typer.Option(None, "--group-id", help="Consumer group (default: dedupectl.<input>)."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    data_dir: Path | None = ConfigDataDirOption,
     worker_id: str | None = typer.Option(
         None, "--worker-id", help="Stable name of this worker (static group member) (default: hostname)."
     ),
     batch_max_messages: int | None = typer.Option(None, help="Most records in one batch/transaction."),
     batch_max_bytes: int | None = typer.Option(None, help="Most value bytes in one batch."),
     batch_max_ms: int | None = typer.Option(None, help="Longest wait to fill a batch, ms."),
-    value_format: str | None = typer.Option(None, help="json (values must be JSON objects) or raw."),
+    value_format: str | None = ValueFormatOption,
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),
-    max_keys: int | None = typer.Option(None, "--max-keys", help="Aging: keep at most this many ids per partition."),
-    max_bytes: str | None = typer.Option(
-        None, "--max-bytes", help="Aging: keep at most this much SST data per partition, e.g. 40GiB."
-    ),
+    max_keys: int | None = MaxKeysOption,
+    max_bytes: str | None = MaxBytesOption,
     memtable_budget: str | None = typer.Option(
         None,
         "--memtable-budget",
@@ -60,11 +64,16 @@ def run(
     snapshot_keep: int | None = typer.Option(
         None, "--snapshot-keep", help="Keep the newest N snapshots per partition."
     ),
+    broker_retry_for: str | None = typer.Option(
+        None,
+        "--broker-retry-for",
+        help="Ride out transient Kafka faults (a broker restarting, timeouts) this long before exiting (default 5m).",
+    ),
     kafka_setting: list[str] | None = KafkaSettingOption,
     exit_on_idle: float | None = typer.Option(
         None, "--exit-on-idle", help="Exit 0 after this many seconds without input (batch jobs, demos)."
     ),
-    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error."),
+    log_level: str = WorkerLogLevelOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Run the dedup worker: publish each messageId once, exactly once, across crashes.
@@ -96,6 +105,7 @@ def run(
             "snapshot_every": snapshot_every,
             "snapshot_to": snapshot_to,
             "snapshot_keep": snapshot_keep,
+            "broker_retry_for": broker_retry_for,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )

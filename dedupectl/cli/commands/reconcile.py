@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
-from dedupectl.cli.common import (
+from dedupectl.cli.logs import setup_logging
+from dedupectl.cli.options import (
     BootstrapOption,
+    ConfigDataDirOption,
     ConfigOption,
+    InputTopicOption,
     JsonOption,
     KafkaSettingOption,
+    LogLevelOption,
+    OutputTopicOption,
     parse_kafka_settings,
-    setup_logging,
 )
-from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
+from dedupectl.cli.output import console, print_error, print_json, print_table
+from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
 from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
@@ -49,11 +52,11 @@ def reconcile(
     samples: int = typer.Option(10, "--samples", help="Ids shown per kind of difference."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = typer.Option(None, "--input-topic", "-i", help="The worker's input (names stores)."),
-    output_topic: str | None = typer.Option(None, "--output-topic", "-o", help="The topic to compare with."),
-    data_dir: Path | None = typer.Option(None, "--data-dir", "-d", help="Where partition stores live."),
+    input_topic: str | None = InputTopicOption,
+    output_topic: str | None = OutputTopicOption,
+    data_dir: Path | None = ConfigDataDirOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
-    log_level: str = typer.Option("warning", "--log-level", help="debug, info, warning or error."),
+    log_level: str = LogLevelOption,
     json_output: bool = JsonOption,
 ) -> None:
     """Compare partition stores with the output topic; with --apply, repair them.
@@ -93,8 +96,8 @@ def reconcile(
         sample_size=samples,
     )
     try:
-        with _ProgressBars() as bars:
-            report = run_reconcile(request, progress=bars)
+        with ProgressDisplay(transient=False) as display:
+            report = run_reconcile(request, progress=PartitionBars(display))
     except KeyboardInterrupt:
         print_error("interrupted: each batch was written whole, so the stores are consistent; run again to finish")
         raise typer.Exit(130) from None
@@ -103,45 +106,6 @@ def reconcile(
     else:
         _render(report)
     raise typer.Exit(report.exit_code)
-
-
-class _ProgressBars:
-    """One bar per partition on stderr (records, rate, ETA); silent when stderr is not a terminal."""
-
-    def __init__(self) -> None:
-        self._progress = Progress(
-            TextColumn("partition {task.fields[partition]}"),
-            BarColumn(),
-            TextColumn("{task.fields[records]:>12,} records"),
-            TextColumn("{task.fields[rate]:>10,.0f}/s"),
-            TimeRemainingColumn(),
-            console=err_console,
-            disable=not err_console.is_terminal,
-        )
-        self._tasks: dict[int, tuple[TaskID, int, float]] = {}
-
-    def __enter__(self) -> _ProgressBars:
-        self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._progress.stop()
-
-    def started(self, partition: int, offsets) -> None:
-        task = self._progress.add_task(
-            "", total=max(offsets.stop - offsets.start, 1), partition=partition, records=0, rate=0.0
-        )
-        self._tasks[partition] = (task, offsets.start, time.monotonic())
-
-    def advanced(self, partition: int, position: int, records: int) -> None:
-        task, start, began = self._tasks[partition]
-        rate = records / max(time.monotonic() - began, 1e-6)
-        self._progress.update(task, completed=position - start, records=records, rate=rate)
-
-    def finished(self, partition: int, report: PartitionReport) -> None:
-        task, _, _ = self._tasks[partition]
-        total = self._progress.tasks[task].total
-        self._progress.update(task, completed=total, records=report.records_scanned)
 
 
 def _as_dict(report: ReconcileReport) -> dict:
@@ -155,7 +119,36 @@ def _as_dict(report: ReconcileReport) -> dict:
     }
 
 
+_COLUMNS = ["partition", "offsets", "records", "missing from store", "missing from output", "duplicates"]
+_COLUMNS += ["covered output offset", "status"]
+
+
 def _render(report: ReconcileReport) -> None:
+    """The report for people: a row per partition, sample ids, what else was found, the totals."""
+    applied = " --apply" if report.applied else ""
+    title = f"reconcile {report.output_topic} (store: {report.input_topic}){applied}"
+    print_table(title, _COLUMNS, _partition_rows(report))
+    samples = [row for p in report.partitions for row in _sample_rows(p)]
+    if samples:
+        print_table("samples", ["partition", "kind", "id", "where"], samples, whole=("id",))
+    for p in report.partitions:
+        for line in _notes(p):
+            console.print(f"partition {p.partition}: {line}")
+    _print_output_gaps(report)
+    for partition in report.without_store:
+        console.print(
+            f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
+            "it from the output (its recovery logs how far back it reads); if the output no longer holds the "
+            "whole window, see docs/runbooks/rebuild-lost-store.md"
+        )
+    rate = report.records_scanned / report.seconds if report.seconds else 0.0
+    console.print(f"{report.records_scanned:,} records in {report.seconds:.1f}s ({rate:,.0f}/s)")
+    repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)
+    if report.exit_code and repairable and not report.applied:
+        console.print("to repair: stop the partition's worker, then run the same command with --apply")
+
+
+def _partition_rows(report: ReconcileReport) -> list[tuple]:
     rows = []
     for p in report.partitions:
         before, after = p.coverage_before.output_offset, p.coverage_after.output_offset
@@ -172,67 +165,42 @@ def _render(report: ReconcileReport) -> None:
             )
         )
     rows += [(p, "", "", "", "", "", "", NO_STORE) for p in report.without_store]
-    rows.sort(key=lambda row: row[0])
-    print_table(
-        f"reconcile {report.output_topic} (store: {report.input_topic}){' --apply' if report.applied else ''}",
-        [
-            "partition",
-            "offsets",
-            "records",
-            "missing from store",
-            "missing from output",
-            "duplicates",
-            "covered output offset",
-            "status",
-        ],
-        rows,
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _sample_rows(p: PartitionReport) -> list[tuple]:
+    samples = p.samples
+    rows = [(p.partition, "missing from store", s.id, f"offset {s.offset}") for s in samples.missing_from_store]
+    rows += [(p.partition, "missing from output", s.id, f"seq {s.seq}") for s in samples.unpublished]
+    rows += [
+        (p.partition, "duplicate", s.id, "repeated at " + ", ".join(map(str, s.repeat_offsets)))
+        for s in samples.duplicates
+    ]
+    return rows
+
+
+def _notes(p: PartitionReport) -> list[str]:
+    """What else reconcile found in a partition, a line each."""
+    put_back = (
+        "ids the store had lost inside its window: put back under their own sequence numbers"
+        if p.applied
+        else "ids the store lost inside its window: --apply puts them back in their place"
     )
-    sample_rows = []
-    for p in report.partitions:
-        sample_rows += [
-            (p.partition, "missing from store", s.id, f"offset {s.offset}") for s in p.samples.missing_from_store
-        ]
-        sample_rows += [(p.partition, "missing from output", s.id, f"seq {s.seq}") for s in p.samples.unpublished]
-        sample_rows += [
-            (p.partition, "duplicate", s.id, "repeated at " + ", ".join(map(str, s.repeat_offsets)))
-            for s in p.samples.duplicates
-        ]
-    if sample_rows:
-        print_table("samples", ["partition", "kind", "id", "where"], sample_rows)
-    for p in report.partitions:
-        notes = [
-            (p.older_than_window, "ids older than the store's window (aged out, as designed)"),
-            (p.unkeyed_records, "records without a key (not written by the worker)"),
-            (p.published_outside_range, "ids kept in the store: the output holds them outside the range"),
-            (
-                p.put_back,
-                "ids the store had lost inside its window: put back under their own sequence numbers"
-                if p.applied
-                else "ids the store lost inside its window: --apply puts them back in their place",
-            ),
-            (
-                p.unplaceable,
-                "ids missing inside the store's recorded stretch with no place in its aging order "
-                "(not recorded): rebuild the store from the output, see docs/runbooks/rebuild-lost-store.md",
-            ),
-        ]
-        for count, what in notes:
-            if count:
-                console.print(f"partition {p.partition}: {count:,} {what}")
-        if p.removal_skipped:
-            console.print(f"partition {p.partition}: nothing removed: {p.removal_skipped}")
-    _print_output_gaps(report)
-    for partition in report.without_store:
-        console.print(
-            f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
-            "it from the output (its recovery logs how far back it reads); if the output no longer holds the "
-            "whole window, see docs/runbooks/rebuild-lost-store.md"
-        )
-    rate = report.records_scanned / report.seconds if report.seconds else 0.0
-    console.print(f"{report.records_scanned:,} records in {report.seconds:.1f}s ({rate:,.0f}/s)")
-    repairable = any(p.missing_from_store or p.unpublished for p in report.partitions)
-    if report.exit_code and repairable and not report.applied:
-        console.print("to repair: stop the partition's worker, then run the same command with --apply")
+    counted = [
+        (p.older_than_window, "ids older than the store's window (aged out, as designed)"),
+        (p.unkeyed_records, "records without a key (not written by the worker)"),
+        (p.published_outside_range, "ids kept in the store: the output holds them outside the range"),
+        (p.put_back, put_back),
+        (
+            p.unplaceable,
+            "ids missing inside the store's recorded stretch with no place in its aging order "
+            "(not recorded): rebuild the store from the output, see docs/runbooks/rebuild-lost-store.md",
+        ),
+    ]
+    lines = [f"{count:,} {what}" for count, what in counted if count]
+    if p.removal_skipped:
+        lines.append(f"nothing removed: {p.removal_skipped}")
+    return lines
 
 
 def _print_output_gaps(report: ReconcileReport) -> None:

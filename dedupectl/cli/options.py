@@ -1,0 +1,123 @@
+"""Options that several commands take, each declared once.
+
+An option that means the same to every command that takes it has one declaration here, with one default and
+one help text. Where commands need a different default, there is one option per case, named for it.
+Options only one command module takes are declared in that module.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from dedupectl.config import DEFAULT_DATA_DIR
+from dedupectl.errors import ConfigError
+from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
+
+DATA_DIR_ENV = "DEDUPECTL_DATA_DIR"
+# DEDUPECTL_* variables the CLI reads itself: the worker's config, which refuses names it does not know, never sees them
+
+# -- the worker's configuration: flags over the config file and DEDUPECTL_* (dedupectl.config) ----------------
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", help="TOML config file (or DEDUPECTL_CONFIG).", exists=False, dir_okay=False
+)
+BootstrapOption = typer.Option(
+    None, "--bootstrap-servers", "-b", help="Kafka bootstrap servers (or DEDUPECTL_BOOTSTRAP_SERVERS)."
+)
+KafkaSettingOption = typer.Option(
+    None,
+    "--kafka-setting",
+    "-X",
+    help="A librdkafka setting for every client, as key=value (repeatable), e.g. -X security.protocol=SSL.",
+)
+InputTopicOption = typer.Option(
+    None, "--input-topic", "-i", help="The worker's input topic: the one it deduplicates (it names the stores)."
+)
+OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker's output topic: where new ids go.")
+DeadLetterTopicOption = typer.Option(
+    None, "--dead-letter-topic", help="Where unusable records go (default: <input>.dead-letter)."
+)
+ValueFormatOption = typer.Option(
+    None, "--value-format", help="json (values must be JSON objects) or raw, as the worker runs."
+)
+MaxKeysOption = typer.Option(None, "--max-keys", help="Aging: keep at most this many ids per partition.")
+MaxBytesOption = typer.Option(
+    None, "--max-bytes", help="Aging: keep at most this much SST data per partition, e.g. 40GiB or 500MB."
+)
+
+# -- the data directory: where the partition stores live ---------------------------------------------------
+
+# the store and snapshot commands read no config file: the environment, else the worker's default
+DataDirOption = typer.Option(
+    DEFAULT_DATA_DIR,
+    "--data-dir",
+    "-d",
+    envvar=DATA_DIR_ENV,
+    help="The worker's data directory (or DEDUPECTL_DATA_DIR).",
+)
+# commands that resolve the worker's config: None lets the config file, then the environment, decide
+ConfigDataDirOption = typer.Option(
+    None,
+    "--data-dir",
+    "-d",
+    help="The worker's data directory (default: data_dir of the config, DEDUPECTL_DATA_DIR or dedupectl-data).",
+)
+# restore writes there: no default, so a store never lands in a directory nobody named
+RestoreDataDirOption = typer.Option(
+    None,
+    "--data-dir",
+    "-d",
+    envvar=DATA_DIR_ENV,
+    help="Data directory to restore the store into (or DEDUPECTL_DATA_DIR).",
+)
+# replay and reattach only look there when asked: None (not the environment's directory) skips the check
+CheckedDataDirOption = typer.Option(
+    None,
+    "--data-dir",
+    "-d",
+    help="The worker's data directory: also check the partitions' stores there (default: no check).",
+)
+
+# -- which stores ------------------------------------------------------------------------------------------
+
+StoreTopicOption = typer.Option(
+    None, "--topic", "-t", help="Input topic of the stores (default: the only one in the data directory)."
+)
+PartitionsOption = typer.Option(None, "--partition", "-p", help="A partition (repeatable); default: every partition.")
+
+# -- AWS (S3 and EBS snapshots, volumes) -------------------------------------------------------------------
+
+
+def _endpoint(value: str | None) -> str | None:
+    # an option's error, not boto3's ValueError at the first call (which would surface as a bug, exit 70)
+    return None if value is None else check_endpoint_url(value, "--endpoint-url")
+
+
+EndpointOption = typer.Option(
+    None,
+    "--endpoint-url",
+    callback=_endpoint,
+    help=f"AWS endpoint for S3 and EC2, http(s)://host[:port] (or {S3_ENDPOINT_ENV} / AWS_ENDPOINT_URL).",
+)
+RegionOption = typer.Option(None, "--region", help="AWS region (or AWS_DEFAULT_REGION).")
+
+# -- output and logs ---------------------------------------------------------------------------------------
+
+JsonOption = typer.Option(False, "--json", metavar="", help="Print JSON for scripts instead of text for people.")
+LOG_LEVEL_HELP = "debug, info, warning or error."
+# the tools log only what goes wrong; the worker's log is also its record of recoveries and progress
+LogLevelOption = typer.Option("warning", "--log-level", help=LOG_LEVEL_HELP)
+WorkerLogLevelOption = typer.Option("info", "--log-level", help=LOG_LEVEL_HELP)
+
+
+def parse_kafka_settings(pairs: list[str] | None) -> dict[str, str] | None:
+    """``-X key=value`` pairs as librdkafka settings; None when none were given."""
+    if not pairs:
+        return None
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"-X {pair!r} is not key=value", "write it as -X security.protocol=SASL_SSL")
+        settings[key.strip()] = value
+    return settings
