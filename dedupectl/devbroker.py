@@ -80,6 +80,10 @@ BROKER_SETTINGS: dict[str, str] = {
     # A SIGKILLed worker's open transaction is aborted soon after its transaction.timeout.ms expires,
     # instead of up to 10 s later (the default check interval).
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
+    # Retention only where a topic sets retention.ms, and then within seconds: tests publish records with old
+    # timestamps, which a default retention would delete at its next check.
+    "log.retention.ms": "-1",
+    "log.retention.check.interval.ms": "1000",
     # Two cores: keep the thread pools small.
     "num.network.threads": "2",
     "num.io.threads": "4",

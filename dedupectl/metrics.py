@@ -55,6 +55,13 @@ class WorkerMetrics:
             _LABEL,
             registry=r,
         )
+        self.refused = Gauge(
+            "dedupectl_partition_refused",
+            "1: the output lost offsets the partition's store needs (reason: retention or truncated); the worker "
+            "exits 3 at once",
+            ("partition", "reason"),
+            registry=r,
+        )
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
         self.snapshots_published = Counter(
             "dedupectl_snapshots_published", "Scheduled snapshots published (--snapshot-every)", registry=r

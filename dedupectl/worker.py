@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from dedupectl.config import WorkerConfig
 from dedupectl.data_dir_faults import data_dir_faults, is_storage_io_error, read_only_volume
-from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, TopicError
+from dedupectl.errors import BrokerError, DataDirError, DedupeError, FencedError, OutputGapError, TopicError
 from dedupectl.kafka_clients import exactly_once_settings, flush_at_exit
 from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
@@ -757,10 +757,14 @@ class Worker:
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()
-        result = self._retrying(
-            lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
-            f"recovering partition {owned.number} from the output",
-        )
+        try:
+            result = self._retrying(
+                lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
+                f"recovering partition {owned.number} from the output",
+            )
+        except OutputGapError as refused:  # no retry or exact way on: the worker exits with the error's one line
+            self.metrics.refused.labels(str(owned.number), refused.gap.kind).set(1)
+            raise
         owned.recovered = True
         self.summary.recovered += result.recorded
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)

@@ -46,6 +46,7 @@ from itertools import islice
 from reconcile.errors import Interrupted
 from reconcile.lookup import GROUP_RECORDS, GroupLookup, Lookup, Prefetcher, look_up
 from reconcile.report import (
+    OUTPUT_GAP,
     Coverage,
     DuplicateSample,
     MissingSample,
@@ -58,6 +59,7 @@ from reconcile.report import (
 from reconcile.scan import OutputBatch, OutputReader
 from reconcile.scratch import ScratchIds
 from reconcile.seqset import SeqBitmap
+from store.codec import GAP_TRUNCATED, OutputGap
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
 
@@ -81,6 +83,7 @@ class ScanRange:
     start: int
     stop: int | None
     low: int = 0
+    strict_start: bool = False  # a start retention deleted meanwhile is refused, not skipped (recovery)
 
 
 def reconcile_partition(
@@ -96,18 +99,23 @@ def reconcile_partition(
     cancel: threading.Event | None = None,
     sample_size: int = SAMPLE_SIZE,
     writer_may_run: bool = True,
+    output_gap: OutputGap | None = None,
 ) -> PartitionReport:
     """Compare (and with ``apply`` repair) ``store`` against ``output_topic[partition]`` over ``scan_range``.
 
     ``on_batch(position, records_scanned)`` is called after every batch. ``writer_may_run``: a read-only
     store may have a worker writing it, so ids missing at the tail are re-checked for being in flight.
+    ``output_gap`` (``reconcile.gaps``) is reported, and never advanced over; after a truncated output nothing
+    is compared: the store's offsets describe a topic that is no longer there.
     """
     started = time.monotonic()
+    if output_gap is not None and output_gap.kind == GAP_TRUNCATED:
+        return _not_compared(store, partition, scan_range, apply, output_gap, started)
     with _Comparison(store, apply, sample_size) as comparison:
         before = store.state
         low = max(scan_range.low, 0)
         # reading from -1 (a fresh store) or from before retention's cut starts at the first retained offset
-        may_advance = apply and max(scan_range.start, low) <= max(before.output_offset, low)
+        may_advance = apply and output_gap is None and max(scan_range.start, low) <= max(before.output_offset, low)
         position = _scan(comparison, reader, output_topic, partition, scan_range, may_advance, on_batch, cancel)
         if not store.writable and writer_may_run:
             comparison.drop_in_flight()
@@ -147,9 +155,46 @@ def reconcile_partition(
                 removed=verdict.removed,
                 removal_skipped=verdict.removal_skipped,
                 duplicates=comparison.duplicate_records,
+                output_gap=output_gap is not None,
             ),
             samples=comparison.samples(candidates, exclude=verdict.elsewhere),
+            output_gap=output_gap,
         )
+
+
+def _not_compared(
+    store: DedupStore, partition: int, scan_range: ScanRange, apply: bool, gap: OutputGap, started: float
+) -> PartitionReport:
+    """The report of a partition whose output was truncated below what the store covers: the gap alone."""
+    start = max(scan_range.start, scan_range.low, 0)
+    coverage = Coverage.of(store.state)
+    return PartitionReport(
+        partition=partition,
+        store=str(store.path),
+        start_offset=start,
+        end_offset=start,
+        records_scanned=0,
+        missing_from_store=0,
+        duplicate_records=0,
+        duplicate_ids=0,
+        unpublished=0,
+        unpublished_verified=True,
+        older_than_window=0,
+        unkeyed_records=0,
+        seq_window=None,
+        applied=apply,
+        recorded=0,
+        put_back=0,
+        unplaceable=0,
+        removed=0,
+        published_outside_range=0,
+        removal_skipped=None,
+        coverage_before=coverage,
+        coverage_after=coverage,
+        seconds=round(time.monotonic() - started, 3),
+        status=OUTPUT_GAP,
+        output_gap=gap,
+    )
 
 
 def _scan(
@@ -183,7 +228,13 @@ def _scan(
     try:
         records = 0
         batches = reader.scan(
-            topic, partition, scan_range.start, stop_offset=scan_range.stop, batch_size=SCAN_BATCH, compact=True
+            topic,
+            partition,
+            scan_range.start,
+            stop_offset=scan_range.stop,
+            batch_size=SCAN_BATCH,
+            compact=True,
+            strict_start=scan_range.strict_start,
         )
         for batch in batches:
             if cancel is not None and cancel.is_set():

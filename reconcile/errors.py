@@ -1,7 +1,9 @@
-"""Errors of reading Kafka: the broker, its topics, fencing, and offset or time ranges."""
+"""Errors of reading Kafka: the broker, its topics, fencing, offset or time ranges, and an output that lost
+offsets a store needs."""
 
 from __future__ import annotations
 
+from store.codec import OutputGap
 from store.errors import DedupeError
 
 
@@ -29,3 +31,15 @@ class Interrupted(DedupeError):
 
 class BrokerUnavailableError(BrokerError):
     """Kafka did not answer in time: transient (a broker restarting, a network blip), so worth a retry."""
+
+
+class OutputGapError(DedupeError):
+    """The output no longer holds offsets a store needs to be made exact (``reconcile.gaps``): the partition is
+    refused until an operator acts. Not a broker error: no retry brings deleted records back."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, hint: str | None, gap: OutputGap, partition: int) -> None:
+        super().__init__(message, hint)
+        self.gap = gap
+        self.partition = partition

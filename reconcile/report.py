@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store.codec import StoreState
+from store.codec import OutputGap, StoreState
 
 IN_SYNC = "in sync"
 REPAIRED = "repaired"
 OUT_OF_SYNC = "out of sync"
 DUPLICATES = "duplicates in output"
 NO_STORE = "no store"
+OUTPUT_GAP = "output gap"  # the output lost offsets the store needs: the worker refuses the partition
 
 
 def show_id(message_id: bytes) -> str:
@@ -93,6 +94,7 @@ class PartitionReport:
     seconds: float
     status: str
     samples: Samples = field(default_factory=Samples)
+    output_gap: OutputGap | None = None  # offsets the output lost that the store needs (reconcile.gaps)
 
     @property
     def records_per_second(self) -> float:
@@ -108,9 +110,12 @@ def partition_status(
     removal_skipped: str | None,
     duplicates: int,
     unplaceable: int = 0,
+    output_gap: bool = False,
 ) -> str:
-    """The one-word verdict: out of sync (left to repair) > duplicates (reconcile cannot repair the output) >
-    repaired > in sync."""
+    """The one-word verdict: output gap (the worker refuses the partition; no repair closes it) > out of sync
+    (left to repair) > duplicates (reconcile cannot repair the output) > repaired > in sync."""
+    if output_gap:
+        return OUTPUT_GAP
     left_missing = unplaceable if applied else missing
     left_unpublished = unpublished - removed if applied else unpublished
     if left_missing or left_unpublished or removal_skipped:
@@ -134,8 +139,8 @@ class ReconcileReport:
 
     @property
     def exit_code(self) -> int:
-        """0: in sync (or repaired); 1: differences left (not applied, or duplicates the output holds), or a
-        partition without a store."""
+        """0: in sync (or repaired); 1: differences left (not applied, duplicates the output holds, an output
+        gap), or a partition without a store."""
         if self.without_store:
             return 1
         return 0 if all(report.status in (IN_SYNC, REPAIRED) for report in self.partitions) else 1

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from reconcile.diff import ScanRange, reconcile_partition
 from reconcile.errors import Interrupted, RangeError, TopicError
+from reconcile.gaps import find_gap
 from reconcile.kafka import KafkaConfig, partition_counts
 from reconcile.ranges import Bound, OffsetRange, check_order, resolve_range
 from reconcile.report import PartitionReport, ReconcileReport
@@ -178,6 +179,8 @@ def _compare_all(
         if progress is not None:
             progress.started(partition, offsets)
         with OutputReader(request.kafka) as reader:
+            # the worker would refuse this partition: said in the report, never advanced over by --apply
+            gap = find_gap(stores[partition], reader, request.output_topic, partition, offsets)
             report = reconcile_partition(
                 stores[partition],
                 reader,
@@ -190,6 +193,7 @@ def _compare_all(
                 sample_size=request.sample_size,
                 # a worker leaves its status file while it runs (or after a crash: then a re-check costs <1 s)
                 writer_may_run=_serving(request, partition) is not None,
+                output_gap=gap,
             )
         if progress is not None:
             progress.finished(partition, report)

@@ -21,8 +21,10 @@ from operator import itemgetter
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
-from reconcile.errors import BrokerError
+from reconcile.errors import BrokerError, OutputGapError
 from reconcile.kafka import KafkaConfig, make_consumer, unreachable
+from store import clock
+from store.codec import GAP_RETENTION, OutputGap
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,7 @@ class OutputReader:
     def __init__(self, kafka: KafkaConfig) -> None:
         self._kafka = kafka
         self._consumer = make_consumer(kafka, **SCAN_CONSUMER_SETTINGS)
+        self._uncommitted = None  # for the log end, made the rare time it is needed
 
     def bounds(self, topic: str, partition: int) -> OffsetBounds:
         """The partition's low watermark and last stable offset, asked of the broker now."""
@@ -113,6 +116,21 @@ class OutputReader:
         except KafkaException as error:
             raise unreachable(self._kafka, _describe(error)) from error
         return OffsetBounds(low, end)
+
+    def log_end(self, topic: str, partition: int) -> int:
+        """The partition's log end (high watermark), open transactions included: ``bounds`` gives the last
+        stable offset instead, which an open transaction holds back."""
+        if self._uncommitted is None:
+            self._uncommitted = make_consumer(
+                self._kafka, **{**SCAN_CONSUMER_SETTINGS, "isolation.level": "read_uncommitted"}
+            )
+        try:
+            _, end = self._uncommitted.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=self._kafka.timeout_s
+            )
+        except KafkaException as error:
+            raise unreachable(self._kafka, _describe(error)) from error
+        return end
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is at or after ``timestamp_ms``; None if there is none."""
@@ -135,9 +153,13 @@ class OutputReader:
         stop_offset: int | None = None,
         batch_size: int = 10_000,
         compact: bool = False,
+        strict_start: bool = False,
     ) -> Iterator[OutputBatch]:
         """Yield the committed records of ``topic[partition]`` from ``start_offset`` (-1: the beginning) up
         to the end as it is when reading reaches it, or to ``stop_offset`` (exclusive).
+
+        A start retention has deleted is read from the first retained offset, with a warning; ``strict_start``
+        raises an OutputGapError instead, before the first batch (recovery: it must not skip what it needs).
 
         ``compact``: batches keep each record's offset and timestamp in flat arrays instead of the consumer's
         messages, for callers that hold many batches at once (reconcile holds two groups of 200,000
@@ -148,7 +170,13 @@ class OutputReader:
         try:
             consumer.assign([tp])
             make = OutputBatch.compact if compact else OutputBatch
-            yield from _read_until_eof(consumer, kafka, topic, partition, stop_offset, batch_size, make)
+            batches = _read_until_eof(consumer, kafka, topic, partition, stop_offset, batch_size, make)
+            if strict_start and start_offset >= 0:
+                first = next(batches, None)  # the watermarks are known once a fetch has answered
+                _refuse_deleted_start(consumer, topic, partition, start_offset)
+                if first is not None:
+                    yield first
+            yield from batches
             low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
             if 0 <= start_offset < low:
                 log.warning(
@@ -166,6 +194,8 @@ class OutputReader:
 
     def close(self) -> None:
         self._consumer.close()
+        if self._uncommitted is not None:
+            self._uncommitted.close()
 
     def __enter__(self) -> OutputReader:
         return self
@@ -186,6 +216,15 @@ def scan_output(
     """One scan with a reader of its own (see ``OutputReader.scan``)."""
     with OutputReader(kafka) as reader:
         yield from reader.scan(topic, partition, start_offset, stop_offset=stop_offset, batch_size=batch_size)
+
+
+def _refuse_deleted_start(consumer, topic: str, partition: int, start_offset: int) -> None:
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    if start_offset < low:
+        gap = OutputGap(GAP_RETENTION, start_offset, low, high, clock.now_ms())
+        raise OutputGapError(
+            f"output {topic}[{partition}] now starts at {low}, past offset {start_offset}", None, gap, partition
+        )
 
 
 def _describe(error: KafkaException) -> str:

@@ -32,6 +32,10 @@ together in one ``WriteBatch``:
 ``meta``   key ``identity`` value JSON ``{"schema_version", "topic", "partition", "created_ms"}``, written once
            key ``state``    value ``>QQqq``  next sequence | first live sequence | next input offset covered |
                             next output offset covered (-1: none yet)
+           key ``refused-gap``    value JSON ``{"kind", "covered", "low", "end", "found_ms"}``: the output gap the
+                            worker refused the partition for (see Output gaps); absent when there is none
+           key ``accepted-gaps``  value JSON list, oldest first, of ``{"gap": {…as above}, "from_seq",
+                            "accepted_ms", "reason", "by"}``: the gaps an operator accepted; absent when none
 
 Exactness. Ids are packed, not hashed: packing is a bijection, so two different ids never share a key and
 the probability of a false duplicate is 0, at 100 billion keys as at one. (Hashing would have needed at least
@@ -43,6 +47,15 @@ every reader at once (``live_seqs_of`` applies it), whatever files still hold it
 below it are then dropped.
 
 Offsets follow Kafka's commit convention: the *next* offset to read, so a fresh store holds -1.
+
+Output gaps. Recovery reads the output from the covered output offset; when the output no longer holds it
+(``retention``: its first retained offset passed it; ``truncated``: its log end fell below it, the topic
+recreated or records lost) the ids published there are unknown, and the worker refuses the partition and
+notes the gap under ``refused-gap``. An operator's acceptance moves it to ``accepted-gaps`` and sets the
+covered output offset to the gap's ``low``, in one write. After a ``truncated`` gap, the offsets recorded in
+batches numbered below its ``from_seq`` belong to the topic's earlier life: the store reads those batches as
+recorded without offsets (``DedupStore.output_offsets``). A store without these keys has no gap (builds
+before them ignore the keys, and would read such earlier offsets as the present topic's).
 
 Versions. Schema 2 is schema 3 without digests, and schema 3 is schema 4 without output offsets: such a store
 opens, and a read-write open marks it 4 (older builds then refuse it instead of misreading the new fields);
@@ -80,6 +93,11 @@ LEGACY_FAMILIES = (SEQ_VIEW,)
 
 META_IDENTITY = b"identity"
 META_STATE = b"state"
+META_REFUSED_GAP = b"refused-gap"
+META_ACCEPTED_GAPS = b"accepted-gaps"
+
+GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset
+GAP_TRUNCATED = "truncated"  # the output's log end fell below it: the topic recreated, or records lost
 
 AJS_PREFIX = b"\xa0\x10"
 TAG_AJS = AJS_PREFIX[0]
@@ -129,6 +147,31 @@ class StoreIdentity:
     partition: int
     schema_version: int = SCHEMA_VERSION
     created_ms: int = 0
+
+
+@dataclass(frozen=True)
+class OutputGap:
+    """Output offsets a store cannot be made exact over (see Output gaps): ``covered`` is the store's next
+    covered output offset, ``low`` and ``end`` the output partition's first retained offset and log end
+    when the gap was found."""
+
+    kind: str
+    covered: int
+    low: int
+    end: int
+    found_ms: int = 0
+
+
+@dataclass(frozen=True)
+class AcceptedGap:
+    """An output gap an operator accepted: recovery went on from ``gap.low``, and ids published in the gap
+    may be published once more. ``from_seq``: the first sequence number recorded after the acceptance."""
+
+    gap: OutputGap
+    from_seq: int
+    accepted_ms: int
+    reason: str
+    by: str
 
 
 @dataclass(frozen=True)
@@ -545,4 +588,55 @@ def decode_identity(value: bytes) -> StoreIdentity:
         partition=int(raw["partition"]),
         schema_version=int(raw["schema_version"]),
         created_ms=int(raw.get("created_ms", 0)),
+    )
+
+
+def encode_gap(gap: OutputGap) -> bytes:
+    return json.dumps(_gap_fields(gap), sort_keys=True).encode()
+
+
+def decode_gap(value: bytes) -> OutputGap:
+    return _gap_of(json.loads(value))
+
+
+def encode_accepted_gaps(accepted: Sequence[AcceptedGap]) -> bytes:
+    return json.dumps(
+        [
+            {
+                "gap": _gap_fields(entry.gap),
+                "from_seq": entry.from_seq,
+                "accepted_ms": entry.accepted_ms,
+                "reason": entry.reason,
+                "by": entry.by,
+            }
+            for entry in accepted
+        ],
+        sort_keys=True,
+    ).encode()
+
+
+def decode_accepted_gaps(value: bytes) -> tuple[AcceptedGap, ...]:
+    return tuple(
+        AcceptedGap(
+            gap=_gap_of(raw["gap"]),
+            from_seq=int(raw["from_seq"]),
+            accepted_ms=int(raw["accepted_ms"]),
+            reason=str(raw.get("reason", "")),
+            by=str(raw.get("by", "")),
+        )
+        for raw in json.loads(value)
+    )
+
+
+def _gap_fields(gap: OutputGap) -> dict:
+    return {"kind": gap.kind, "covered": gap.covered, "low": gap.low, "end": gap.end, "found_ms": gap.found_ms}
+
+
+def _gap_of(raw: dict) -> OutputGap:
+    return OutputGap(
+        kind=str(raw["kind"]),
+        covered=int(raw["covered"]),
+        low=int(raw["low"]),
+        end=int(raw["end"]),
+        found_ms=int(raw.get("found_ms", 0)),
     )

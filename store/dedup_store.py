@@ -35,21 +35,30 @@ from store.codec import (
     COLUMN_FAMILIES,
     DIGEST_BYTES,
     DIGEST_CHUNK,
+    GAP_TRUNCATED,
     IDS_LOWER,
     IDS_UPPER,
     LEGACY_FAMILIES,
+    META_ACCEPTED_GAPS,
     META_IDENTITY,
+    META_REFUSED_GAP,
     META_STATE,
     READABLE_SCHEMA_VERSIONS,
     SCHEMA_VERSION,
     SEQ_VIEW,
+    AcceptedGap,
+    OutputGap,
     StoreIdentity,
     StoreState,
     batch_digests,
     chunk_digest,
+    decode_accepted_gaps,
+    decode_gap,
     decode_identity,
     decode_seq,
     decode_state,
+    encode_accepted_gaps,
+    encode_gap,
     encode_identity,
     encode_ids,
     encode_marker,
@@ -174,6 +183,9 @@ class DedupStore:
         self._window_ids = window_ids
         self._filter: IdFilter | None = None
         self._opened_at_sequence = db.latest_sequence_number()
+        self._refused_gap: OutputGap | None = None
+        self._accepted_gaps: tuple[AcceptedGap, ...] = ()
+        self._load_gaps()
         if writable:
             self._ids.set_options(IDS_MUTABLE_OPTIONS)
 
@@ -366,6 +378,81 @@ class DedupStore:
             raw = self._meta.get(META_STATE)
             if raw is not None:
                 self._state = decode_state(raw)
+            self._load_gaps()
+
+    # -- output gaps (store.codec, "Output gaps") -------------------------------------------------------
+
+    @property
+    def refused_gap(self) -> OutputGap | None:
+        """The output gap a worker refused this partition for, until an operator accepts it."""
+        return self._refused_gap
+
+    @property
+    def accepted_gaps(self) -> tuple[AcceptedGap, ...]:
+        """The output gaps operators accepted, oldest first."""
+        return self._accepted_gaps
+
+    @property
+    def offsets_from_seq(self) -> int:
+        """The first sequence number whose recorded output offset belongs to the output topic as it is now:
+        below it, batches were published before the topic was recreated or truncated (an accepted gap)."""
+        return max((entry.from_seq for entry in self._accepted_gaps if entry.gap.kind == GAP_TRUNCATED), default=0)
+
+    def note_refused_gap(self, gap: OutputGap) -> None:
+        """Keep the gap recovery refused the partition for, for the operator to see and accept."""
+        self._require_writable()
+        self._meta[META_REFUSED_GAP] = encode_gap(gap)
+        self._refused_gap = gap
+
+    def clear_refused_gap(self) -> None:
+        """Forget a refused gap the output no longer shows (recovery found nothing missing since)."""
+        self._require_writable()
+        if self._refused_gap is not None:
+            del self._meta[META_REFUSED_GAP]
+            self._refused_gap = None
+
+    def gap_to_accept(self) -> OutputGap:
+        """The refused gap, if an operator can accept it now; else a StoreError that says why not."""
+        gap, state = self._refused_gap, self._state
+        if gap is None:
+            raise StoreError(
+                f"store {self.path} holds no refused output gap: nothing to accept",
+                "a worker notes one when it refuses the partition; see `dedupectl window`",
+            )
+        if state.output_offset != gap.covered:
+            raise StoreError(
+                f"store {self.path} covers output offset {state.output_offset} now, not {gap.covered} as when the "
+                f"gap was found",
+                "start the worker again: its recovery checks the output afresh",
+            )
+        return gap
+
+    def accept_gap(self, reason: str, by: str, accepted_ms: int) -> AcceptedGap:
+        """The operator's override: accept the refused gap and move the covered output offset to the gap's
+        ``low``, in one write, so recovery goes on from the first offset the output holds."""
+        self._require_writable()
+        gap, state = self.gap_to_accept(), self._state
+        accepted = AcceptedGap(gap=gap, from_seq=state.next_seq, accepted_ms=accepted_ms, reason=reason, by=by)
+        gaps = (*self._accepted_gaps, accepted)
+        new_state = replace(state, output_offset=gap.low)
+        batch = WriteBatch(raw_mode=True)
+        batch.put(META_ACCEPTED_GAPS, encode_accepted_gaps(gaps), self._meta_handle)
+        batch.delete(META_REFUSED_GAP, self._meta_handle)
+        batch.put(META_STATE, encode_state(new_state), self._meta_handle)
+        self._db.write(batch)
+        self._state, self._refused_gap, self._accepted_gaps = new_state, None, gaps
+        return accepted
+
+    def _load_gaps(self) -> None:
+        refused, accepted = self._meta.get(META_REFUSED_GAP), self._meta.get(META_ACCEPTED_GAPS)
+        try:
+            self._refused_gap = None if refused is None else decode_gap(refused)
+            self._accepted_gaps = () if accepted is None else decode_accepted_gaps(accepted)
+        except (ValueError, KeyError, TypeError) as error:
+            raise StoreCorruptError(
+                f"store {self.path} has unreadable output gaps in its metadata ({error})",
+                "restore it from a snapshot or rebuild it from the output topic",
+            ) from error
 
     def contains_many(self, ids: Sequence[bytes]) -> list[bool]:
         """Multi-gets: for each id, whether the store holds it within the window."""
@@ -535,8 +622,9 @@ class DedupStore:
         """The output offset each recorded sequence number was published at (None: its batch was recorded
         without offsets); pass them sorted."""
         found: list[int | None] = []
+        since = self.offsets_from_seq
         for _, first, value, held in self._times_batches(list(seqs)):
-            offsets = times_offsets(value)
+            offsets = times_offsets(value) if first >= since else None
             found += [None] * len(held) if offsets is None else [offsets[seq - first] for seq in held]
         return found
 
@@ -602,9 +690,9 @@ class DedupStore:
         state = self._state
         found: dict[int, int] = {}
         offsets = sorted(set(offsets))
-        if not offsets or state.live_ids <= 0:
+        low, high = max(state.first_live_seq, self.offsets_from_seq), state.next_seq - 1
+        if not offsets or low > high:
             return found
-        low, high = state.first_live_seq, state.next_seq - 1
         while low < high:  # the first live number published at or after offsets[0]
             middle = (low + high) // 2
             at = self._offset_at(middle)
@@ -641,7 +729,7 @@ class DedupStore:
             if not it.valid():
                 return None
             first, value = decode_seq(it.key()), it.value()
-            if seq - first >= times_count(value):
+            if seq - first >= times_count(value) or first < self.offsets_from_seq:
                 return None
             return times_offset_at(value, seq - first)
         finally:
@@ -784,8 +872,8 @@ class DedupStore:
         """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch.
 
         The caller guarantees the ids are absent from the store and distinct; ``output_offsets``, when known,
-        are where each id was published (ascending, past every offset recorded before); ``keys``, when given,
-        are ``encode_ids(ids)`` computed already.
+        are where each id was published (ascending, past every offset recorded in the output topic's present
+        life: see ``offsets_from_seq``); ``keys``, when given, are ``encode_ids(ids)`` computed already.
         """
         self._require_writable()
         if len(ids) != len(timestamps_ms):

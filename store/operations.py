@@ -1,22 +1,26 @@
-"""The store operations behind ``dedupectl age``, ``lookup``, ``sst`` and ``compact``, one function each.
+"""The store operations behind ``dedupectl age``, ``lookup``, ``sst``, ``compact`` and ``accept-gap``, one
+function each.
 
 Reading operations open secondary instances (no lock: safe while the worker runs); ``age`` (without
-``--dry-run``) and ``compact`` need the store to themselves and refuse while a worker holds it.
+``--dry-run``), ``compact`` and ``accept-gap`` need the store to themselves and refuse while a worker holds it.
 """
 
 from __future__ import annotations
 
+import getpass
+import socket
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 from rocksdict import BottommostLevelCompaction, CompactOptions
 
 from store import clock
 from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_files, plan_aging
-from store.codec import CF_IDS, CF_META, CF_TIMES, decode_id, decode_marker, decode_seq, is_marker
+from store.codec import CF_IDS, CF_META, CF_TIMES, AcceptedGap, decode_id, decode_marker, decode_seq, is_marker
 from store.dedup_store import DedupStore
-from store.errors import StoreLockedError
+from store.errors import ConfigError, StoreLockedError
 from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
 from store.selection import StoreRef
 from store.window import WindowInfo, oldest_live, window_info
@@ -309,4 +313,44 @@ def compact_stores(
                     seconds=time.perf_counter() - started,
                 )
             )
+    return outcomes
+
+
+# -- accept-gap ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptGapOutcome:
+    topic: str
+    partition: int
+    accepted: AcceptedGap
+    covered_before: int  # the store's next covered output offset before and after: recovery resumes at after
+    covered_after: int
+
+
+def operator_name() -> str:
+    """Who runs this command, as ``user@host``, for the record an override leaves."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container's numeric uid)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def accept_gaps(refs: Sequence[StoreRef], reason: str, by: str | None = None) -> list[AcceptGapOutcome]:
+    """Accept the output gap each store's worker refused its partition for (``DedupStore.accept_gap``): not
+    repeat-safe, since the ids published in a gap are unknown to the store. Needs the worker stopped."""
+    if not reason.strip():
+        raise ConfigError("--reason is empty", "say why the gap is accepted: it is kept in the store with the gap")
+    by = by or operator_name()
+    outcomes = []
+    with ExitStack() as stack:
+        hint = "stop the worker first; it refuses the partition anyway"
+        stores = [(ref, stack.enter_context(_open_writable(ref, "accept the output gap of", hint))) for ref in refs]
+        for _, store in stores:  # every partition can be accepted, or none is
+            store.gap_to_accept()
+        for ref, store in stores:
+            before = store.state.output_offset
+            accepted = store.accept_gap(reason.strip(), by, clock.now_ms())
+            outcomes.append(AcceptGapOutcome(ref.topic, ref.partition, accepted, before, store.state.output_offset))
     return outcomes

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from store import clock
 from store.aging import AgingPolicy
+from store.codec import AcceptedGap, OutputGap
 from store.dedup_store import DedupStore
 from store.footprint import dir_bytes, sst_bytes
 from store.selection import StoreRef
@@ -33,6 +34,8 @@ class WindowInfo:
     newest_seq: int | None
     newest_ts_ms: int | None
     window_seconds: float | None  # None: the store holds no id
+    refused_gap: OutputGap | None = None  # the worker refuses the partition until this is dealt with
+    accepted_gaps: tuple[AcceptedGap, ...] = ()  # operators' overrides: ids in them may be published once more
 
     @property
     def bytes_per_id(self) -> float | None:
@@ -98,6 +101,8 @@ def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | No
         newest_seq=newest[0] if newest else None,
         newest_ts_ms=newest[1] if newest else None,
         window_seconds=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
+        refused_gap=store.refused_gap,
+        accepted_gaps=store.accepted_gaps,
     )
 
 

@@ -22,6 +22,8 @@ from dedupectl.cli.output import console, print_error, print_json, print_table
 from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
+from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
+from reconcile.gaps import describe as describe_gap
 from reconcile.ranges import FORMS, parse_bound
 from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
 from reconcile.runner import ReconcileRequest, run_reconcile
@@ -132,6 +134,7 @@ def _render(report: ReconcileReport) -> None:
     for p in report.partitions:
         for line in _notes(p):
             console.print(f"partition {p.partition}: {line}")
+    _print_output_gaps(report)
     for partition in report.without_store:
         console.print(
             f"partition {partition}: no store in {report.data_dir}: the worker that takes the partition rebuilds "
@@ -198,6 +201,17 @@ def _notes(p: PartitionReport) -> list[str]:
     if p.removal_skipped:
         lines.append(f"nothing removed: {p.removal_skipped}")
     return lines
+
+
+def _print_output_gaps(report: ReconcileReport) -> None:
+    for p in report.partitions:
+        if p.output_gap is not None:
+            console.print(
+                f"partition {p.partition}: output gap: {describe_gap(p.output_gap, report.output_topic, p.partition)}"
+                f": the worker refuses this partition; restore a newer snapshot, rebuild the store, or accept the "
+                f"gap (dedupectl accept-gap): see {GAPS_RUNBOOK}",
+                soft_wrap=True,
+            )
 
 
 def _duplicates(p: PartitionReport) -> str:
