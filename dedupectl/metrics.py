@@ -55,13 +55,6 @@ class WorkerMetrics:
             _LABEL,
             registry=r,
         )
-        self.refused = Gauge(
-            "dedupectl_partition_refused",
-            "1: the output lost offsets the partition's store needs (reason: retention or truncated); the worker "
-            "exits 3 at once",
-            ("partition", "reason"),
-            registry=r,
-        )
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
         self.snapshots_published = Counter(
             "dedupectl_snapshots_published", "Scheduled snapshots published (--snapshot-every)", registry=r
@@ -82,8 +75,15 @@ class WorkerMetrics:
         self._add_operations_metrics()
 
     def _add_operations_metrics(self) -> None:
-        """What on-call pages on: lag, latency, the last commit, disk, recovery, and which build runs."""
+        """What on-call pages on: lag, latency, the last commit, disk, recovery, refusals, and which build runs."""
         r = self.registry
+        self.refused = Gauge(
+            "dedupectl_partition_refused",
+            "1: the output lost offsets the partition's store needs (reason: retention or truncated); the worker "
+            "exits 3 at once",
+            ("partition", "reason"),
+            registry=r,
+        )
         self.lag = Gauge(
             "dedupectl_consumer_lag",
             "Input records behind the partition's end (high watermark - position)",
