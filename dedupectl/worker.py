@@ -61,15 +61,6 @@ from store.worker_status import remove_status, status_path, write_status
 log = logging.getLogger(__name__)
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
-# clients replaced after fatal errors this often are fighting something a restart will not fix (a twin)
-CLIENT_RESTARTS_MAX = 3
-CLIENT_RESTARTS_WINDOW_S = 600.0
-# how long after a broker fault a fence of this consumer is taken for the reloading coordinator's mistake
-BROKER_FAULT_MEMORY_S = 120.0
-
-
-class _GroupFenceAfterFault(Exception):
-    """The group fenced this consumer out just after a broker fault: rejoin rather than exit."""
 
 
 MEMORY_RELEASE_S = 60.0
@@ -157,9 +148,7 @@ class Worker:
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         self._retry = RetryPolicy(bound_s=config.broker_retry_for)
-        self._client_restarts: list[float] = []
         self._transaction_began = 0.0
-        self._last_broker_fault = -math.inf
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -226,28 +215,12 @@ class Worker:
             [self.config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
 
-    def _rejoin_group(self, reason: str) -> None:
-        """A new consumer in place of one the group fenced out while a coordinator reloaded: its partitions are
-        revoked (stores closed) and assigned again, and recovered before their next batch."""
-        self._count_restart(reason)
-        log.warning("consumer fenced out while the group coordinator recovered (%s): joining the group again", reason)
-        try:
-            self._consumer.close()
-        except (KafkaException, RuntimeError) as error:
-            log.info("closing the fenced consumer: %s", error)
-        self._on_revoke(None, [TopicPartition(self.config.input_topic, n) for n in list(self._partitions)])
-        self._join_group()
-
     def _loop(
         self, stop: threading.Event, exit_on_idle_s: float | None, on_progress: Callable[[RunSummary], None] | None
     ) -> None:
         started = last_report = last_release = last_maintenance = time.monotonic()
         while not stop.is_set():
-            try:
-                batch = self._collect(self._consumer)
-            except _GroupFenceAfterFault as fence:
-                self._rejoin_group(str(fence))
-                continue
+            batch = self._collect(self._consumer)
             now = time.monotonic()
             if batch:
                 self._process(batch)
@@ -451,14 +424,11 @@ class Worker:
             # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
             # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if error.fatal() or error.code() == KafkaError._FATAL:
-                if self._broker_fault_recent():
-                    raise _GroupFenceAfterFault(error.str())
                 raise FencedError(
                     f"this worker was fenced out of its group ({error.str()})",
                     "another worker with the same worker_id is running: give each worker its own",
                 )
             log.warning("consumer: %s", error.str())
-            self._note_fault()
         return records
 
     def _process(self, batch: list[Message]) -> None:
@@ -586,13 +556,10 @@ class Worker:
         except KafkaException as error:
             kafka_error = error.args[0]
             if kafka_error.fatal():
-                self._replace_producer(error)
-                self._rewind()
-                return None
+                raise self._fatal_producer_error(error) from error
             if not kafka_error.txn_requires_abort() and not is_transient(error):
                 raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
             log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
-            self._note_fault()
             self._abort_and_rewind()
             return None
         self.summary.commits += 1
@@ -669,23 +636,19 @@ class Worker:
         except KafkaException as error:
             if not error.args[0].fatal():
                 raise BrokerError(f"cannot abort the transaction: {error.args[0].str()}") from error
-            self._replace_producer(error)
+            raise self._fatal_producer_error(error) from error
         self.summary.aborts += 1
         self.metrics.transactions.labels("aborted").inc()
         self._rewind()
 
     def _rewind(self) -> None:
         """Seek every held partition back to its committed offset: what was consumed past it is read again."""
-        try:
-            committed = self._retrying(
-                self._committed_offsets,
-                "reading the committed input offsets",
-                # the group may need this consumer to poll before it answers (a rebalance after a broker restart)
-                sleep=self._poll_dropping,
-            )
-        except _GroupFenceAfterFault as fence:
-            self._rejoin_group(str(fence))  # a new member starts every partition from its committed offset
-            return
+        committed = self._retrying(
+            self._committed_offsets,
+            "reading the committed input offsets",
+            # the group may need this consumer to poll before it answers (a rebalance after a broker restart)
+            sleep=self._poll_dropping,
+        )
         for tp in committed:
             if tp.partition in self._partitions:
                 tp.offset = tp.offset if tp.offset >= 0 else 0
@@ -705,55 +668,33 @@ class Worker:
         while (left := deadline - time.monotonic()) > 0:
             self._records_only(self._consumer.consume(num_messages=CONSUME_CHUNK, timeout=left))  # errors still count
 
-    def _count_restart(self, reason: str) -> None:
-        """A client replaced after a fatal error; too many in a row is a fight a restart will not win."""
-        now = time.monotonic()
-        recent = [at for at in self._client_restarts if now - at < CLIENT_RESTARTS_WINDOW_S]
-        if len(recent) >= CLIENT_RESTARTS_MAX:
-            raise BrokerError(
-                f"Kafka clients failed fatally {len(recent) + 1} times within {CLIENT_RESTARTS_WINDOW_S:.0f}s "
-                f"(last: {reason})",
-                "check the brokers' logs and that no other worker runs with this worker_id; "
-                "a restart resumes exactly where the worker stopped",
-            )
-        self._client_restarts = [*recent, now]
-        self._last_broker_fault = now
-
-    def _broker_fault_recent(self) -> bool:
-        """Whether Kafka faulted lately: a coordinator that reloaded may fence a static member by mistake."""
-        return time.monotonic() - self._last_broker_fault < BROKER_FAULT_MEMORY_S
-
     def _retrying(self, call, what: str, **options):
-        """``with_retries`` within ``--broker-retry-for``, remembering each retry as a broker fault."""
-        return with_retries(call, what, self._retry, on_retry=self._note_fault, **options)
-
-    def _note_fault(self, _error: BaseException | None = None) -> None:
-        self._last_broker_fault = time.monotonic()
+        """``with_retries`` within ``--broker-retry-for``."""
+        return with_retries(call, what, self._retry, **options)
 
     def _may_have_timed_out(self) -> bool:
         """Whether the open transaction outlived transaction.timeout.ms: the coordinator then aborts it and bumps
         the producer's epoch itself (a broker outage does that), which reads as a fence by a newer instance."""
         return time.monotonic() - self._transaction_began >= self.config.transaction_timeout_ms / 1000
 
-    def _replace_producer(self, error: KafkaException) -> None:
-        """After a fatal producer error: exit if another instance fenced this one, else carry on with a new
-        producer. Its initialisation settles the failed transaction (committed or aborted) before it returns,
-        so every held partition is recovered from the output before its next batch."""
+    def _fatal_producer_error(self, error: KafkaException) -> DedupeError:
+        """The error a fatal producer error ends the run with: fenced only when another instance took over.
+
+        A transaction older than transaction.timeout.ms may have been aborted by its coordinator during an
+        outage, which reads as a fence too; a restart recovers from it exactly. The worker does not carry on
+        with a new producer in process: on Kafka 4.x the failed transaction can complete after a new producer
+        has initialised, and only a restart's recovery is proven to see it."""
         kafka_error = kafka_error_of(error)
+        detail = str(error) if kafka_error is None else kafka_error.str()
         if kafka_error is not None and is_fence(kafka_error) and not self._may_have_timed_out():
-            raise FencedError(
-                f"this worker was fenced ({kafka_error.str()})",
+            return FencedError(
+                f"this worker was fenced ({detail})",
                 "another worker with the same worker_id took over; stop one of them",
-            ) from error
-        if kafka_error is None or not (is_fence(kafka_error) or is_replaceable_producer_error(error)):
-            raise BrokerError(f"the transactional producer failed: {error}") from error
-        self._count_restart(kafka_error.str())
-        log.warning(
-            "producer failed (%s): starting a new one; held partitions recover from the output", kafka_error.str()
+            )
+        return BrokerError(
+            f"the transactional producer failed ({detail})",
+            "restart the worker (a supervisor does): recovery makes its stores agree with the output topic",
         )
-        self._producer = self._start_producer()
-        for owned in self._partitions.values():
-            owned.recovered = False
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()
