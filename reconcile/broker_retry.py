@@ -128,7 +128,6 @@ def with_retries(
     *,
     transient: Callable[[BaseException], bool] = is_transient,
     sleep: Callable[[float], None] = time.sleep,
-    on_retry: Callable[[BaseException], None] | None = None,
 ) -> T:
     """``call()``, retried while it fails with a transient error and the bound lasts. When the bound runs out
     the last error is raised as a BrokerError that says so; other errors are raised as they are."""
@@ -147,8 +146,6 @@ def with_retries(
                     f"{what}: Kafka still failing after {policy.bound_s:g}s of retries ({describe(error)})",
                     "check the brokers and the network; a restart resumes exactly where the worker stopped",
                 ) from error
-            if on_retry is not None:
-                on_retry(error)
             delay = policy.delay(attempt, deadline - now)
             log.warning("%s: %s; retrying in %.1fs (for %.0fs more)", what, describe(error), delay, deadline - now)
             sleep(delay)

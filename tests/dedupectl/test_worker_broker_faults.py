@@ -4,13 +4,10 @@ process, and publishes every id exactly once when the broker comes."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from confluent_kafka import Producer
 from conftest import Pipeline
 from waiting import wait_for
 
@@ -37,32 +34,6 @@ def _pipeline(broker: LocalBroker, root: Path, partitions: int = 2) -> Pipeline:
     kafka = KafkaConfig(broker.start())
     create_topics(kafka, ["events", "events.dead-letter", "events-out"], partitions)
     return Pipeline(kafka, "events", "events-out", "events.dead-letter", partitions, root)
-
-
-def _kill(broker: LocalBroker) -> None:
-    pid = broker.status().pid
-    assert pid is not None
-    process = psutil.Process(pid)
-    process.send_signal(signal.SIGKILL)
-    process.wait(30)
-
-
-def _feed_through_outages(pipeline: Pipeline, records, stop: threading.Event) -> None:
-    """Produce in chunks; the producer buffers through a broker outage and delivers once it is back."""
-    producer = Producer(
-        {
-            "bootstrap.servers": pipeline.kafka.bootstrap_servers,
-            "enable.idempotence": True,
-            "message.timeout.ms": 300_000,
-        }
-    )
-    for start in range(0, len(records), 1_000):
-        for record in records[start : start + 1_000]:
-            producer.produce(pipeline.input_topic, value=record.value, key=record.key)
-        producer.poll(0)
-        if stop.wait(0.25):
-            break
-    assert producer.flush(300) == 0
 
 
 def _all_published(pipeline: Pipeline, expected: set[bytes]) -> bool:
