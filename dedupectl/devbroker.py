@@ -384,7 +384,8 @@ class LocalBroker:
         self._process = self._spawn(java, libs, line)
         extra = {}
         if security:
-            extra = {"mtls_bootstrap": f"{HOST}:{ports.mtls}", "client_config": str(security.write_admin_config(bootstrap))}
+            client_config = security.write_admin_config(bootstrap)
+            extra = {"mtls_bootstrap": f"{HOST}:{ports.mtls}", "client_config": str(client_config)}
         self._write_record(self._process.pid, bootstrap, version, extra)
         try:
             self._wait_until_ready(bootstrap, timeout)

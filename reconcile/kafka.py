@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from reconcile.errors import BrokerUnavailableError, TopicError
+from reconcile.errors import BrokerUnavailableError, PermissionDeniedError, TopicError
 from store.errors import ConfigError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
@@ -85,16 +85,59 @@ def cluster_metadata(kafka: KafkaConfig, admin: AdminClient | None = None) -> Cl
         raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
 
 
-def partition_counts(kafka: KafkaConfig, topics: Sequence[str], admin: AdminClient | None = None) -> dict[str, int]:
-    """Partition count of each topic; a TopicError names the first one missing."""
+# What each authorization failure is about, for the one line that names the missing ACL.
+AUTHORIZATION_RESOURCES = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+}
+SECURITY_DOC = "docs/reference/security.md"
+
+
+def is_authorization_error(error: KafkaError | None) -> bool:
+    return error is not None and error.code() in AUTHORIZATION_RESOURCES
+
+
+def permission_denied(operation: str, resource: str, name: str, detail: str) -> PermissionDeniedError:
+    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``."""
+    return PermissionDeniedError(
+        f"Kafka denied this client {operation} on {resource} {name!r} ({detail})",
+        f"grant its principal an ACL allowing {operation} on {resource} {name!r} (the ACLs of each command: "
+        f"{SECURITY_DOC}), then run it again",
+    )
+
+
+def partition_counts(
+    kafka: KafkaConfig,
+    topics: Sequence[str],
+    admin: AdminClient | None = None,
+    needs: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """Partition count of each topic; a TopicError names the first one missing, a PermissionDeniedError the
+    first one this principal may not see (with the operation it ``needs`` there: Read, Write; else Describe)."""
+    admin = admin or admin_client(kafka)
     metadata = cluster_metadata(kafka, admin)
     counts = {}
     for topic in topics:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
-            raise TopicError(
-                f"topic {topic!r} does not exist on {kafka.bootstrap_servers}",
-                "create it (`dedupectl topics create`) or fix the topic name",
-            )
+            _raise_missing(kafka, topic, (needs or {}).get(topic, "Describe"))
         counts[topic] = len(found.partitions)
     return counts
+
+
+def _raise_missing(kafka: KafkaConfig, topic: str, operation: str) -> None:
+    """A topic absent from the cluster's listing: missing, or hidden by the authorizer (asked by name, Kafka
+    tells the two apart; never by a client that would have a broker auto-create it)."""
+    probe = build_client(AdminClient, _settings(kafka, {"allow.auto.create.topics": False}))
+    try:
+        error = probe.list_topics(topic, timeout=kafka.timeout_s).topics[topic].error
+    except (KafkaException, KeyError):
+        error = None
+    if is_authorization_error(error):
+        raise permission_denied(operation, "topic", topic, error.str())
+    raise TopicError(
+        f"topic {topic!r} does not exist on {kafka.bootstrap_servers}",
+        "create it (`dedupectl topics create`) or fix the topic name",
+    )
