@@ -500,9 +500,7 @@ class LocalBroker:
         log_flag = line.log_config_flag.format(self.state_dir / line.log_config_name)
         return [java, log_flag, "-cp", f"{libs}/*", main_class, *args]
 
-    def _format_storage(
-        self, java: str, libs: Path, line: _Line, version: str, security: DevSecurity | None
-    ) -> None:
+    def _format_storage(self, java: str, libs: Path, line: _Line, version: str, security: DevSecurity | None) -> None:
         """Format log.dirs for KRaft once; a restart keeps the cluster and its topics.
 
         Skipped when already formatted: ``--ignore-formatted`` alone is not enough, as StorageTool still fails

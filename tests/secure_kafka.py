@@ -6,12 +6,16 @@ enough (the command works) and that each of its ACLs is needed (without it the c
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from confluent_kafka import Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -25,6 +29,7 @@ from confluent_kafka.admin import (
 from dedupectl.config import KafkaConfig
 from dedupectl.devbroker import LocalBroker
 from dedupectl.devbroker_security import add_scram_user
+from dedupectl.kafka_clients import create_topics
 from reconcile.scan import SCAN_GROUP
 
 RESOURCES = {
@@ -144,3 +149,37 @@ def revoke(broker: LocalBroker, principal: str, acls: Sequence[Acl]) -> None:
 def _settle() -> None:
     # an ACL change reaches the broker's authorizer through the metadata log a moment after the reply
     time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class Topics:
+    input: str
+    output: str
+    dead_letter: str
+
+    def produce(self, broker, ids: list[str], bad: int = 0) -> None:
+        producer = Producer(admin_settings(broker))
+        for message_id in ids:
+            producer.produce(self.input, key=message_id, value=json.dumps({"messageId": message_id}))
+        for _ in range(bad):
+            producer.produce(self.input, value=b"{not json")
+        assert producer.flush(30) == 0
+
+
+def make_topics(broker, prefix: str) -> Topics:
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    topics = Topics(name, f"{name}-out", f"{name}.dead-letter")
+    create_topics(admin_kafka(broker), [topics.input, topics.output, topics.dead_letter], 2)
+    return topics
+
+
+def run_env(user_env: dict[str, str]) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DEDUPECTL_")}
+    return {**env, "DEDUPECTL_SESSION_TIMEOUT_MS": "6000", "DEDUPECTL_TRANSACTION_TIMEOUT_MS": "10000", **user_env}
+
+
+def admin_env(broker: LocalBroker) -> dict[str, str]:
+    """DEDUPECTL_* variables that connect a command as the broker's super user (through its config file)."""
+    assert broker.security is not None
+    config = broker.security.write_admin_config(broker.bootstrap_servers)
+    return {"DEDUPECTL_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "DEDUPECTL_CONFIG": str(config)}

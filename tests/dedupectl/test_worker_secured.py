@@ -5,46 +5,20 @@ over mTLS, and the password nowhere in what the worker prints or writes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-from secure_kafka import admin_kafka, admin_settings, grant, new_user, worker_acls
+from secure_kafka import Topics, admin_env, admin_kafka, grant, make_topics, new_user, run_env, worker_acls
 
-from dedupectl.kafka_clients import create_topics
 from dedupectl.verify import count_ids
 from store.worker_status import status_path
 
 RUN_TIMEOUT_S = 60  # a run that outlives this hangs: every run here ends within seconds or fails at once
-
-
-@dataclass(frozen=True)
-class Topics:
-    input: str
-    output: str
-    dead_letter: str
-
-    def produce(self, broker, ids: list[str], bad: int = 0) -> None:
-        producer = Producer(admin_settings(broker))
-        for message_id in ids:
-            producer.produce(self.input, key=message_id, value=json.dumps({"messageId": message_id}))
-        for _ in range(bad):
-            producer.produce(self.input, value=b"{not json")
-        assert producer.flush(30) == 0
-
-
-def make_topics(broker, prefix: str) -> Topics:
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    topics = Topics(name, f"{name}-out", f"{name}.dead-letter")
-    create_topics(admin_kafka(broker), [topics.input, topics.output, topics.dead_letter], 2)
-    return topics
 
 
 def run_args(topics: Topics, group: str, data_dir: Path, *extra: str) -> list[str]:
@@ -53,11 +27,6 @@ def run_args(topics: Topics, group: str, data_dir: Path, *extra: str) -> list[st
         "--group-id", group, "-d", str(data_dir), "--worker-id", "w1", "--exit-on-idle", "3",
         "--log-level", "info", *extra,
     ]  # fmt: skip
-
-
-def run_env(user_env: dict[str, str]) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("DEDUPECTL_")}
-    return {**env, "DEDUPECTL_SESSION_TIMEOUT_MS": "6000", "DEDUPECTL_TRANSACTION_TIMEOUT_MS": "10000", **user_env}
 
 
 def run_worker(args: list[str], env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
@@ -122,9 +91,7 @@ def published(secure_kafka_broker, tmp_path_factory) -> Topics:
     topics = make_topics(broker, "denied")
     topics.produce(broker, [f"id-{n}" for n in range(50)], bad=1)
     data_dir = tmp_path_factory.mktemp("admin-worker")
-    admin_env = {"DEDUPECTL_BOOTSTRAP_SERVERS": broker.bootstrap_servers, "DEDUPECTL_CONFIG": str(
-        broker.security.write_admin_config(broker.bootstrap_servers))}
-    result, _ = run_worker(run_args(topics, f"group-admin-{topics.input}", data_dir), run_env(admin_env))
+    result, _ = run_worker(run_args(topics, f"group-admin-{topics.input}", data_dir), run_env(admin_env(broker)))
     assert result.returncode == 0, result.stderr
     return topics
 
@@ -194,5 +161,3 @@ def test_another_certificate_is_denied(secure_kafka_broker, published, tmp_path)
     result, _ = run_worker(run_args(topics, "group-stranger", tmp_path / "data"), run_env(env))
     assert result.returncode == 77, result.stderr
     assert f"Kafka denied this client Read on topic '{topics.input}'" in result.stderr
-
-
