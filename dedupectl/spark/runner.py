@@ -15,12 +15,17 @@ from typing import Generic, TypeVar
 
 from dedupectl.errors import DedupeError, SparkError
 from dedupectl.spark.session import SparkSettings, preflight, spark_session
+from reconcile.kafka import permission_denied
 
 T = TypeVar("T")
 
 # each layer defines its own errors (store, reconcile, snapshots, dedupectl): a traceback names the class's module
 _DEDUPE_ERROR = re.compile(r"^(?:store|reconcile|snapshots|dedupectl)\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
 _DATA_LOSS = "Some data may have been lost"
+# the Java client's authorization failures, as Spark's Kafka source reports them
+_DENIED = re.compile(
+    r"(?P<kind>Topic|Group)AuthorizationException: Not authorized to access (?:topics|group): \[?(?P<name>[^\]\s]+)\]?"
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,10 @@ def describe_failure(error: BaseException, log_file: Path | None) -> DedupeError
     inner = _DEDUPE_ERROR.findall(text)
     if inner:  # our own error, raised on an executor
         return SparkError(inner[-1].strip())
+    denied = _DENIED.search(text)
+    if denied:  # Spark's Kafka source only reads
+        resource, operation = ("topic", "Read") if denied["kind"] == "Topic" else ("group", "Read")
+        return permission_denied(operation, resource, denied["name"], denied.group(0))
     if _DATA_LOSS in text:
         return SparkError(
             "records of the range were deleted (retention) while the job read them",
