@@ -21,6 +21,12 @@ class PermissionDeniedError(BrokerError):
     exit_code = 77  # EX_NOPERM: an ACL, not the configuration or the data, needs the operator
 
 
+class AuthenticationError(BrokerError):
+    """The broker refused the client's credentials or its TLS handshake: not transient, the operator must act."""
+
+    exit_code = 77
+
+
 class FencedError(BrokerError):
     """Another worker took over this worker's partitions or transactional id."""
 

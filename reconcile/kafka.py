@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from reconcile.errors import BrokerUnavailableError, PermissionDeniedError, TopicError
+from reconcile.errors import AuthenticationError, BrokerUnavailableError, PermissionDeniedError, TopicError
 from store.errors import ConfigError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
@@ -61,8 +61,35 @@ def build_client(kind: type, settings: Mapping[str, Any]) -> Any:
         ) from error
 
 
+class _CheckedAdmin(AdminClient):
+    """An AdminClient that keeps the TLS and SASL failures librdkafka reports as error events: the call that
+    failed meanwhile only says the broker was not reached."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.rejections: list[str] = []
+        super().__init__({**settings, "error_cb": self._note})
+
+    def _note(self, error: KafkaError) -> None:
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            self.rejections.append(error.str())
+
+
 def admin_client(kafka: KafkaConfig) -> AdminClient:
-    return build_client(AdminClient, _settings(kafka, {}))
+    return build_client(_CheckedAdmin, _settings(kafka, {}))
+
+
+def rejected(kafka: KafkaConfig, admin: AdminClient) -> AuthenticationError | None:
+    """The broker refused this client's credentials or TLS: retrying will not help, the operator must act."""
+    if not isinstance(admin, _CheckedAdmin):
+        return None
+    admin.poll(0.2)  # serves the error events of the failed call
+    if not admin.rejections:
+        return None
+    return AuthenticationError(
+        f"Kafka at {kafka.bootstrap_servers} refused this client's connection ({admin.rejections[-1]})",
+        "check security.protocol, the SASL user and password or the client certificate, and ssl.ca.location "
+        f"({SECURITY_DOC})",
+    )
 
 
 def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
@@ -82,6 +109,9 @@ def cluster_metadata(kafka: KafkaConfig, admin: AdminClient | None = None) -> Cl
     try:
         return admin.list_topics(timeout=kafka.timeout_s)
     except KafkaException as error:
+        refused = rejected(kafka, admin)
+        if refused is not None:
+            raise refused from error
         raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
 
 

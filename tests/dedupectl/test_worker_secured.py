@@ -161,3 +161,19 @@ def test_another_certificate_is_denied(secure_kafka_broker, published, tmp_path)
     result, _ = run_worker(run_args(topics, "group-stranger", tmp_path / "data"), run_env(env))
     assert result.returncode == 77, result.stderr
     assert f"Kafka denied this client Read on topic '{topics.input}'" in result.stderr
+
+
+def test_a_wrong_password_is_one_line_at_once(secure_kafka_broker, published, tmp_path):
+    """Refused credentials are not a broker outage: no retries for --broker-retry-for, one line, exit 77."""
+    broker, topics = secure_kafka_broker, published
+    user = new_user(broker, f"wrong-{uuid.uuid4().hex[:6]}")
+    wrong = f"not-{user.password}"
+    env = {**user.env(), "DEDUPECTL_KAFKA_SASL_PASSWORD": wrong}
+
+    result, seconds = run_worker(run_args(topics, "group-wrong", tmp_path / "data"), run_env(env))
+
+    assert result.returncode == 77, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "refused this client's connection" in line and "Authentication failed" in line
+    assert seconds < 30
+    assert wrong not in result.stdout + result.stderr and user.password not in result.stdout + result.stderr
