@@ -91,6 +91,16 @@ def audit_acls(input_topic: str, output_topic: str) -> list[Acl]:
     return [Acl("READ", "topic", input_topic), Acl("READ", "topic", output_topic)]
 
 
+def replay_acls(input_topic: str, output_topic: str) -> list[Acl]:
+    """replay reads both topics and re-drives what the output lacks into the input (idempotent producer)."""
+    return [Acl("READ", "topic", input_topic), Acl("READ", "topic", output_topic), Acl("WRITE", "topic", input_topic)]
+
+
+def rebuild_acls(input_topic: str, output_topic: str) -> list[Acl]:
+    """rebuild reads the output; of the input it needs only the partition count."""
+    return [Acl("READ", "topic", output_topic), Acl("DESCRIBE", "topic", input_topic)]
+
+
 @dataclass(frozen=True)
 class SecureUser:
     """A SCRAM user of the secured broker, with the client settings that connect as it."""

@@ -165,9 +165,11 @@ def spark_kafka_options(kafka: KafkaConfig, java_settings: Mapping[str, str] | N
 # -- Kafka ---------------------------------------------------------------------------------------------
 
 
-def choose_partitions(kafka: KafkaConfig, topic: str, wanted: Sequence[int] | None) -> list[int]:
+def choose_partitions(
+    kafka: KafkaConfig, topic: str, wanted: Sequence[int] | None, operation: str = "Read"
+) -> list[int]:
     """The partitions to read: all of the topic's, or the wanted ones (each must exist)."""
-    count = partition_counts(kafka, [topic], needs={topic: "Read"})[topic]
+    count = partition_counts(kafka, [topic], needs={topic: operation})[topic]
     if not wanted:
         return list(range(count))
     for partition in wanted:
