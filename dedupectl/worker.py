@@ -425,10 +425,10 @@ class Worker:
             if error is None:
                 records.append(message)
                 continue
-            # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
-            # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if is_authorization_error(error):  # the group or the input: nothing to consume until an ACL is added
                 raise self._denied(error)
+            # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
+            # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if error.fatal() or error.code() == KafkaError._FATAL:
                 raise FencedError(
                     f"this worker was fenced out of its group ({error.str()})",

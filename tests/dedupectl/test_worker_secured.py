@@ -55,6 +55,7 @@ def assert_exactly_once(broker, topics: Topics, expected_ids: set[str]) -> None:
     assert Counter(counts.values()) == Counter({1: len(expected_ids)}), "an id published twice"
 
 
+@pytest.mark.kafka_compat
 def test_worker_is_exactly_once_with_the_least_privilege_acls(secure_kafka_broker, tmp_path):
     broker = secure_kafka_broker
     topics = make_topics(broker, "sec")
@@ -130,6 +131,7 @@ def test_a_missing_acl_is_one_line_naming_it(secure_kafka_broker, published, tmp
     assert user.password not in result.stdout + result.stderr
 
 
+@pytest.mark.kafka_compat
 def test_worker_over_mtls_takes_its_principal_from_the_certificate(secure_kafka_broker, tmp_path):
     broker = secure_kafka_broker
     topics = make_topics(broker, "mtls")
