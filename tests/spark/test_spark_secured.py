@@ -6,6 +6,7 @@ report, the Spark log or --print-submit."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import uuid
@@ -55,7 +56,7 @@ def deduplicated(secure_kafka_broker, tmp_path_factory) -> Topics:
 
 def as_user(monkeypatch, user: SecureUser) -> None:
     """The user's connection in the environment only (the password never on a command line)."""
-    for name in [key for key in __import__("os").environ if key.startswith("DEDUPECTL_")]:
+    for name in [key for key in os.environ if key.startswith("DEDUPECTL_")]:
         monkeypatch.delenv(name)
     for name, value in user.env().items():
         monkeypatch.setenv(name, value)
