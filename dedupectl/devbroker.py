@@ -14,6 +14,10 @@ Everything a broker owns lives in one state directory::
       logs/               server.log (log4j), broker.out (JVM stdout/stderr)
       broker.json         {pid, bootstrap, kafka_version, started_at} while a broker runs; removed by stop()
 
+``secure=True`` makes the node a secured one (``dedupectl.devbroker_security``): SASL_SSL and mTLS listeners,
+an authorizer that denies what no ACL allows, and the TLS material and admin credentials in the state dir.
+A state dir keeps the mode it was formatted in.
+
 The internal topics (consumer offsets, transaction state) have replication factor 1, so consumer groups and
 transactions work on the single node; the librdkafka mock cluster cannot stand in for this (it does not
 enforce transactions, offsets or fencing).
@@ -41,6 +45,7 @@ from types import TracebackType
 
 import psutil
 
+from dedupectl.devbroker_security import DevSecurity, SecurePorts
 from dedupectl.errors import LocalBrokerError
 
 POM_PATH = Path(__file__).resolve().parent.parent / "tools" / "kafka" / "pom.xml"
@@ -277,12 +282,16 @@ class BrokerStatus:
     bootstrap: str | None
     state_dir: Path
     kafka_version: str | None = None
+    secure: bool = False
+    mtls_bootstrap: str | None = None  # a secure broker's mTLS listener
+    client_config: Path | None = None  # a secure broker's admin config file (dedupectl -c)
 
 
 @dataclass(frozen=True)
 class _Ports:
     broker: int
     controller: int
+    mtls: int | None = None  # a secure broker's second client listener
 
 
 class LocalBroker:
@@ -296,10 +305,13 @@ class LocalBroker:
     version is refused rather than upgraded or downgraded in place.
     """
 
-    def __init__(self, state_dir: Path, heap_mb: int = 512, kafka_version: str | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, heap_mb: int = 512, kafka_version: str | None = None, secure: bool | None = None
+    ) -> None:
         self.state_dir = Path(state_dir).resolve()
         self.heap_mb = heap_mb
         self.requested_version = kafka_version
+        self.requested_secure = secure  # None: the mode the state dir was formatted in (plain when new)
         self._process: subprocess.Popen[bytes] | None = None
         self._server_log_start = 0  # where this start's lines begin in logs/server.log
 
@@ -333,6 +345,16 @@ class LocalBroker:
         return self.state_dir / "logs"
 
     @property
+    def security(self) -> DevSecurity | None:
+        """The TLS material and credentials of a secure state dir; None for a plain broker."""
+        return DevSecurity(self.state_dir) if self._secure_mode() else None
+
+    def client_settings(self) -> dict[str, str]:
+        """librdkafka settings that connect to this broker as its super user (none for a plain broker)."""
+        security = self.security
+        return security.admin_settings() if security else {}
+
+    @property
     def bootstrap_servers(self) -> str:
         """The running broker's ``host:port``; fails if it does not run."""
         status = self.status()
@@ -345,18 +367,26 @@ class LocalBroker:
     def start(self, timeout: float = 90) -> str:
         """Start the broker (or find it already running) and return its bootstrap ``127.0.0.1:PORT``."""
         version = self._version_to_run()
+        secure = self._mode_to_run()
         current = self.status()
         if current.running and current.bootstrap:
             return current.bootstrap
         libs = ensure_kafka_libs(version)
         java = _require_tool("java", "install a Java 17+ runtime (e.g. `apt-get install openjdk-17-jre-headless`)")
         line = _line(version)
-        ports = self._choose_ports()
-        self._write_config(ports, line)
-        self._format_storage(java, libs, line, version)
+        security = DevSecurity(self.state_dir) if secure else None
+        if security:
+            security.ensure_material()
+        ports = self._choose_ports(secure)
+        self._write_config(ports, line, security)
+        self._format_storage(java, libs, line, version, security)
         bootstrap = f"{HOST}:{ports.broker}"
         self._process = self._spawn(java, libs, line)
-        self._write_record(self._process.pid, bootstrap, version)
+        extra = {}
+        if security:
+            client_config = security.write_admin_config(bootstrap)
+            extra = {"mtls_bootstrap": f"{HOST}:{ports.mtls}", "client_config": str(client_config)}
+        self._write_record(self._process.pid, bootstrap, version, extra)
         try:
             self._wait_until_ready(bootstrap, timeout)
         except BaseException:
@@ -381,10 +411,14 @@ class LocalBroker:
         """Whether the broker recorded in ``broker.json`` still runs (a reused pid does not count)."""
         record = self._read_record()
         pid, bootstrap = self._live_pid(record), record.get("bootstrap")
-        version = self.formatted_version()
+        version, secure = self.formatted_version(), self._secure_mode()
         if pid is None or not isinstance(bootstrap, str):
-            return BrokerStatus(False, None, None, self.state_dir, version)
-        return BrokerStatus(True, pid, bootstrap, self.state_dir, version)
+            return BrokerStatus(False, None, None, self.state_dir, version, secure)
+        mtls, client_config = record.get("mtls_bootstrap"), record.get("client_config")
+        return BrokerStatus(
+            True, pid, bootstrap, self.state_dir, version, secure,
+            mtls if isinstance(mtls, str) else None, Path(client_config) if isinstance(client_config, str) else None,
+        )  # fmt: skip
 
     def formatted_version(self) -> str | None:
         """The Kafka version that formatted this state dir's data, None before the first start."""
@@ -405,6 +439,23 @@ class LocalBroker:
             )
         return version
 
+    def _secure_mode(self) -> bool:
+        """Whether this state dir's broker is (or will be) a secure one."""
+        if self.requested_secure is not None and self.formatted_version() is None:
+            return self.requested_secure
+        return (self.state_dir / "admin-password").is_file()
+
+    def _mode_to_run(self) -> bool:
+        formatted = (self.state_dir / "data" / "meta.properties").is_file()
+        secure = self._secure_mode()
+        if formatted and self.requested_secure is not None and self.requested_secure != secure:
+            have, asked = ("secure", "plain") if secure else ("plain", "secure")
+            raise LocalBrokerError(
+                f"the broker in {self.state_dir} was formatted {have}, not {asked}",
+                f"start it {'with' if secure else 'without'} --secure, or use another --state-dir",
+            )
+        return secure
+
     def __enter__(self) -> LocalBroker:
         self.start()
         return self
@@ -416,19 +467,18 @@ class LocalBroker:
 
     # config and storage
 
-    def _choose_ports(self) -> _Ports:
-        """Reuse the previous ports when both are free (the exported bootstrap stays valid), else new ones."""
+    def _choose_ports(self, secure: bool) -> _Ports:
+        """Reuse the previous ports when all are free (the exported bootstrap stays valid), else new ones."""
         previous = _read_properties(self._properties_path)
-        with suppress(KeyError, ValueError):
-            ports = _Ports(
-                broker=int(previous["advertised.listeners"].rsplit(":", 1)[1]),
-                controller=int(previous["controller.quorum.voters"].rsplit(":", 1)[1]),
-            )
-            if _port_is_free(ports.broker) and _port_is_free(ports.controller):
+        with suppress(KeyError, ValueError, IndexError):
+            advertised = [int(listener.rsplit(":", 1)[1]) for listener in previous["advertised.listeners"].split(",")]
+            controller = int(previous["controller.quorum.voters"].rsplit(":", 1)[1])
+            ports = _Ports(advertised[0], controller, advertised[1] if secure else None)
+            if all(_port_is_free(port) for port in (ports.broker, ports.controller, ports.mtls) if port is not None):
                 return ports
-        return _free_ports()
+        return _free_ports(secure)
 
-    def _write_config(self, ports: _Ports, line: _Line) -> None:
+    def _write_config(self, ports: _Ports, line: _Line, security: DevSecurity | None) -> None:
         (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         settings = {
@@ -438,8 +488,11 @@ class LocalBroker:
             "controller.quorum.voters": f"1@{HOST}:{ports.controller}",
             "log.dirs": str(self.state_dir / "data"),
         }
+        if security is not None and ports.mtls is not None:
+            settings.update(security.broker_settings(SecurePorts(ports.broker, ports.mtls), ports.controller, HOST))
         lines = [f"{key}={value}" for key, value in settings.items()]
         self._properties_path.write_text("# written by dedupectl.devbroker\n" + "\n".join(lines) + "\n")
+        self._properties_path.chmod(0o600)  # a secure broker's holds its key and admin password
         log_config = self.state_dir / line.log_config_name
         log_config.write_text(line.log_template.format(log_file=self.logs_dir / "server.log"))
 
@@ -447,7 +500,7 @@ class LocalBroker:
         log_flag = line.log_config_flag.format(self.state_dir / line.log_config_name)
         return [java, log_flag, "-cp", f"{libs}/*", main_class, *args]
 
-    def _format_storage(self, java: str, libs: Path, line: _Line, version: str) -> None:
+    def _format_storage(self, java: str, libs: Path, line: _Line, version: str, security: DevSecurity | None) -> None:
         """Format log.dirs for KRaft once; a restart keeps the cluster and its topics.
 
         Skipped when already formatted: ``--ignore-formatted`` alone is not enough, as StorageTool still fails
@@ -460,6 +513,7 @@ class LocalBroker:
         command = self._java_command(
             java, libs, line, "kafka.tools.StorageTool",
             "format", "-t", _new_cluster_id(), "-c", str(self._properties_path), "--ignore-formatted",
+            *(security.format_args() if security else []),
         )  # fmt: skip
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
@@ -494,7 +548,7 @@ class LocalBroker:
                     f"the local broker exited with code {code} while starting:\n{self._log_tail()}",
                     f"see {self.logs_dir}",
                 )
-            if _serves_metadata(bootstrap):
+            if _serves_metadata(bootstrap, self.client_settings()):
                 return
             time.sleep(0.25)
         raise LocalBrokerError(
@@ -541,9 +595,10 @@ class LocalBroker:
 
     # broker.json and logs
 
-    def _write_record(self, pid: int, bootstrap: str, version: str) -> None:
+    def _write_record(self, pid: int, bootstrap: str, version: str, extra: dict[str, str]) -> None:
         record = {
             "pid": pid, "bootstrap": bootstrap, "kafka_version": version, "started_at": datetime.now(UTC).isoformat(),
+            **extra,
         }  # fmt: skip
         temporary = self._record_path.with_suffix(".json.tmp")
         temporary.write_text(json.dumps(record, indent=2) + "\n")
@@ -586,12 +641,13 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
-def _free_ports() -> _Ports:
-    """Two distinct free ports on 127.0.0.1 (both sockets are held open while choosing, so they differ)."""
-    with socket.socket() as first, socket.socket() as second:
-        first.bind((HOST, 0))
-        second.bind((HOST, 0))
-        return _Ports(broker=first.getsockname()[1], controller=second.getsockname()[1])
+def _free_ports(secure: bool = False) -> _Ports:
+    """Distinct free ports on 127.0.0.1 (the sockets are held open while choosing, so they differ)."""
+    with socket.socket() as first, socket.socket() as second, socket.socket() as third:
+        for probe in (first, second, third):
+            probe.bind((HOST, 0))
+        mtls = third.getsockname()[1] if secure else None
+        return _Ports(broker=first.getsockname()[1], controller=second.getsockname()[1], mtls=mtls)
 
 
 def _port_is_free(port: int) -> bool:
@@ -605,7 +661,7 @@ def _port_is_free(port: int) -> bool:
         return True
 
 
-def _serves_metadata(bootstrap: str) -> bool:
+def _serves_metadata(bootstrap: str, settings: dict[str, str]) -> bool:
     """True once the broker accepts connections and lists itself in metadata."""
     host, port = bootstrap.rsplit(":", 1)
     try:
@@ -615,7 +671,7 @@ def _serves_metadata(bootstrap: str) -> bool:
         return False
     from confluent_kafka.admin import AdminClient  # imported late: the CLI's stop/status do not need it
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **settings})
     try:
         return bool(admin.list_topics(timeout=2).brokers)
     except Exception:  # KafkaException while the broker is still fencing/registering itself

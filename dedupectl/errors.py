@@ -8,7 +8,15 @@ error an operator can meet is a ``DedupeError``: one line that says what went wr
 
 from __future__ import annotations
 
-from reconcile.errors import BrokerError, FencedError, OutputGapError, RangeError, TopicError
+from reconcile.errors import (
+    AuthenticationError,
+    BrokerError,
+    FencedError,
+    OutputGapError,
+    PermissionDeniedError,
+    RangeError,
+    TopicError,
+)
 from snapshots.errors import CloudError, ReattachError, SnapshotCorruptError, SnapshotError, SnapshotNotFoundError
 from store.errors import (
     ConfigError,
@@ -24,6 +32,7 @@ from store.errors import (
 )
 
 __all__ = [
+    "AuthenticationError",
     "BrokerError",
     "CloudError",
     "ConfigError",
@@ -34,6 +43,7 @@ __all__ = [
     "FencedError",
     "LocalBrokerError",
     "OutputGapError",
+    "PermissionDeniedError",
     "RangeError",
     "ReattachError",
     "SnapshotCorruptError",

@@ -22,6 +22,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import itemgetter, not_
@@ -43,7 +44,7 @@ from reconcile.broker_retry import (
     kafka_error_of,
     with_retries,
 )
-from reconcile.kafka import build_client, partition_counts
+from reconcile.kafka import build_client, is_authorization_error, partition_counts, permission_denied
 from reconcile.recovery import catch_up
 from reconcile.scan import OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
@@ -268,6 +269,8 @@ class Worker:
         except KafkaException as error:
             if is_transient(error) or is_replaceable_producer_error(error):
                 raise
+            if is_authorization_error(error.args[0]):
+                raise self._denied(error.args[0]) from error
             raise BrokerError(
                 f"cannot start Kafka transactions as {config.transactional_id}: {error.args[0].str()}",
                 "check the broker is reachable and transactions are enabled (transaction.state.log.* settings)",
@@ -314,7 +317,8 @@ class Worker:
                 f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
             )
         topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
-        counts = self._retrying(lambda: partition_counts(config.kafka, topics), "reading the topics")
+        needs = {config.input_topic: "Read", config.output_topic: "Write", config.dead_letter_topic: "Write"}
+        counts = self._retrying(lambda: partition_counts(config.kafka, topics, needs=needs), "reading the topics")
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
@@ -421,6 +425,8 @@ class Worker:
             if error is None:
                 records.append(message)
                 continue
+            if is_authorization_error(error):  # the group or the input: nothing to consume until an ACL is added
+                raise self._denied(error)
             # a static member replaced by a twin with the same worker_id surfaces as _FATAL, and
             # error.fatal() is False for it: without this the fenced worker would idle holding its stores
             if error.fatal() or error.code() == KafkaError._FATAL:
@@ -526,8 +532,14 @@ class Worker:
         when the transaction was aborted (the batch is then re-read from the committed offsets)."""
         config, producer = self.config, self._producer
         spans: dict[int, tuple[int, int]] = {}
+        denied: list[str] = []  # topics the authorizer refused a record of
+
+        def note_denied(error, message) -> None:
+            if error is not None and is_authorization_error(error):
+                denied.append(message.topic())
 
         def remember(error, message) -> None:
+            note_denied(error, message)
             if error is None:
                 offset = message.offset()
                 first, last = spans.get(message.partition(), (offset, offset))
@@ -546,7 +558,7 @@ class Worker:
                 config.kafka.timeout_s,
             )
             try:
-                self._produce_batch(plans, remember)
+                self._produce_batch(plans, remember, note_denied)
                 self._crashpoint("after-produce")
             finally:
                 sent_error = offsets_sent.exception()  # waits: nothing else may touch the transaction meanwhile
@@ -555,6 +567,10 @@ class Worker:
             self._commit()
         except KafkaException as error:
             kafka_error = error.args[0]
+            if denied or is_authorization_error(kafka_error):
+                with suppress(KafkaException):  # nothing of it may become visible; a fatal producer cannot abort
+                    producer.abort_transaction(config.kafka.timeout_s)
+                raise self._denied(kafka_error, denied[0] if denied else config.output_topic) from error
             if kafka_error.fatal():
                 raise self._fatal_producer_error(error) from error
             if not kafka_error.txn_requires_abort() and not is_transient(error):
@@ -568,8 +584,9 @@ class Worker:
         self.metrics.transactions.labels("committed").inc()
         return spans
 
-    def _produce_batch(self, plans: list[_Plan], remember: Callable) -> None:
-        """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last."""
+    def _produce_batch(self, plans: list[_Plan], remember: Callable, note_denied: Callable) -> None:
+        """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last,
+        ``note_denied`` each dead letter's failure."""
         config, produce = self.config, self._producer.produce
         output_topic = config.output_topic
         for plan in plans:
@@ -610,6 +627,7 @@ class Worker:
                     message.value(),
                     message.key(),
                     partition % self._dead_letter_partitions,
+                    on_delivery=note_denied,
                     headers=_dead_letter_headers(message, reason),
                 )
 
@@ -695,6 +713,19 @@ class Worker:
             f"the transactional producer failed ({detail})",
             "restart the worker (a supervisor does): recovery makes its stores agree with the output topic",
         )
+
+    def _denied(self, error: KafkaError, topic: str | None = None) -> DedupeError:
+        """The missing ACL behind an authorization failure, named for the operator (the worker then exits)."""
+        config, code = self.config, error.code()
+        if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+            return permission_denied("Read", "group", config.group_id, error.str())
+        if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            return permission_denied("Write", "transactional id", config.transactional_id, error.str())
+        if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            return permission_denied("IdempotentWrite", "cluster", "kafka-cluster", error.str())
+        if topic is not None:  # a refused record: its topic is one the worker writes
+            return permission_denied("Write", "topic", topic, error.str())
+        return permission_denied("Read", "topic", config.input_topic, error.str())
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()

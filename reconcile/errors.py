@@ -15,6 +15,18 @@ class TopicError(BrokerError):
     """A topic is missing or does not match what the worker needs."""
 
 
+class PermissionDeniedError(BrokerError):
+    """Kafka's authorizer denied an operation: the principal lacks an ACL, which the message names."""
+
+    exit_code = 77  # EX_NOPERM: an ACL, not the configuration or the data, needs the operator
+
+
+class AuthenticationError(BrokerError):
+    """The broker refused the client's credentials or its TLS handshake: not transient, the operator must act."""
+
+    exit_code = 77
+
+
 class FencedError(BrokerError):
     """Another worker took over this worker's partitions or transactional id."""
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
-from reconcile.errors import BrokerUnavailableError, TopicError
+from reconcile.errors import AuthenticationError, BrokerUnavailableError, PermissionDeniedError, TopicError
 from store.errors import ConfigError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
@@ -61,8 +61,35 @@ def build_client(kind: type, settings: Mapping[str, Any]) -> Any:
         ) from error
 
 
+class _CheckedAdmin(AdminClient):
+    """An AdminClient that keeps the TLS and SASL failures librdkafka reports as error events: the call that
+    failed meanwhile only says the broker was not reached."""
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.rejections: list[str] = []
+        super().__init__({**settings, "error_cb": self._note})
+
+    def _note(self, error: KafkaError) -> None:
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            self.rejections.append(error.str())
+
+
 def admin_client(kafka: KafkaConfig) -> AdminClient:
-    return build_client(AdminClient, _settings(kafka, {}))
+    return build_client(_CheckedAdmin, _settings(kafka, {}))
+
+
+def rejected(kafka: KafkaConfig, admin: AdminClient) -> AuthenticationError | None:
+    """The broker refused this client's credentials or TLS: retrying will not help, the operator must act."""
+    if not isinstance(admin, _CheckedAdmin):
+        return None
+    admin.poll(0.2)  # serves the error events of the failed call
+    if not admin.rejections:
+        return None
+    return AuthenticationError(
+        f"Kafka at {kafka.bootstrap_servers} refused this client's connection ({admin.rejections[-1]})",
+        "check security.protocol, the SASL user and password or the client certificate, and ssl.ca.location "
+        f"({SECURITY_DOC})",
+    )
 
 
 def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
@@ -82,19 +109,65 @@ def cluster_metadata(kafka: KafkaConfig, admin: AdminClient | None = None) -> Cl
     try:
         return admin.list_topics(timeout=kafka.timeout_s)
     except KafkaException as error:
+        refused = rejected(kafka, admin)
+        if refused is not None:
+            raise refused from error
         raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
 
 
-def partition_counts(kafka: KafkaConfig, topics: Sequence[str], admin: AdminClient | None = None) -> dict[str, int]:
-    """Partition count of each topic; a TopicError names the first one missing."""
+# What each authorization failure is about, for the one line that names the missing ACL.
+AUTHORIZATION_RESOURCES = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+}
+SECURITY_DOC = "docs/reference/security.md"
+
+
+def is_authorization_error(error: KafkaError | None) -> bool:
+    return error is not None and error.code() in AUTHORIZATION_RESOURCES
+
+
+def permission_denied(operation: str, resource: str, name: str, detail: str) -> PermissionDeniedError:
+    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``."""
+    return PermissionDeniedError(
+        f"Kafka denied this client {operation} on {resource} {name!r} ({detail})",
+        f"grant its principal an ACL allowing {operation} on {resource} {name!r} (the ACLs of each command: "
+        f"{SECURITY_DOC}), then run it again",
+    )
+
+
+def partition_counts(
+    kafka: KafkaConfig,
+    topics: Sequence[str],
+    admin: AdminClient | None = None,
+    needs: Mapping[str, str] | None = None,
+) -> dict[str, int]:
+    """Partition count of each topic; a TopicError names the first one missing, a PermissionDeniedError the
+    first one this principal may not see (with the operation it ``needs`` there: Read, Write; else Describe)."""
+    admin = admin or admin_client(kafka)
     metadata = cluster_metadata(kafka, admin)
     counts = {}
     for topic in topics:
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
-            raise TopicError(
-                f"topic {topic!r} does not exist on {kafka.bootstrap_servers}",
-                "create it (`dedupectl topics create`) or fix the topic name",
-            )
+            _raise_missing(kafka, topic, (needs or {}).get(topic, "Describe"))
         counts[topic] = len(found.partitions)
     return counts
+
+
+def _raise_missing(kafka: KafkaConfig, topic: str, operation: str) -> None:
+    """A topic absent from the cluster's listing: missing, or hidden by the authorizer (asked by name, Kafka
+    tells the two apart; never by a client that would have a broker auto-create it)."""
+    probe = build_client(AdminClient, _settings(kafka, {"allow.auto.create.topics": False}))
+    try:
+        error = probe.list_topics(topic, timeout=kafka.timeout_s).topics[topic].error
+    except (KafkaException, KeyError):
+        error = None
+    if is_authorization_error(error):
+        raise permission_denied(operation, "topic", topic, error.str())
+    raise TopicError(
+        f"topic {topic!r} does not exist on {kafka.bootstrap_servers}",
+        "create it (`dedupectl topics create`) or fix the topic name",
+    )

@@ -64,7 +64,8 @@ def run_reconcile(request: ReconcileRequest, progress: ProgressSink | None = Non
     if request.jobs < 1:
         raise RangeError(f"--jobs must be at least 1, got {request.jobs}")
     check_order(request.start, request.stop)
-    count = partition_counts(request.kafka, [request.output_topic])[request.output_topic]
+    output = request.output_topic
+    count = partition_counts(request.kafka, [output], needs={output: "Read"})[output]
     partitions = _partitions(request, count)
     without_store: tuple[int, ...] = ()
     if request.partitions is None:  # every partition of the topic: one without a store is a finding

@@ -22,7 +22,7 @@ from operator import itemgetter
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from reconcile.errors import BrokerError, OutputGapError
-from reconcile.kafka import KafkaConfig, make_consumer, unreachable
+from reconcile.kafka import KafkaConfig, is_authorization_error, make_consumer, permission_denied, unreachable
 from store import clock
 from store.codec import GAP_RETENTION, OutputGap
 
@@ -33,9 +33,11 @@ _OFFSET = Message.offset
 _TIMESTAMP = Message.timestamp
 _SECOND = itemgetter(1)
 
+SCAN_GROUP = "dedupectl-scan"
 # The consumer a scan uses; exposed so benchmarks measure their baseline with the very same settings.
 SCAN_CONSUMER_SETTINGS: dict[str, object] = {
-    "group.id": "dedupectl-scan",  # never joined or committed: assign() only
+    # never joined or committed (assign() only), but librdkafka still finds its coordinator: Describe on it
+    "group.id": SCAN_GROUP,
     "isolation.level": "read_committed",
     "enable.partition.eof": True,
     "enable.auto.commit": False,
@@ -264,6 +266,10 @@ def _drop_events(messages: list[Message], ids: list, topic: str, partition: int)
     for message, message_id in zip(messages, ids, strict=True):
         error = message.error() if message_id is None else None
         if error is not None:
+            if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise permission_denied("Describe", "group", SCAN_GROUP, error.str())
+            if is_authorization_error(error):
+                raise permission_denied("Read", "topic", topic, error.str())
             if error.code() != KafkaError._PARTITION_EOF:
                 raise BrokerError(f"reading {topic}[{partition}] failed: {error.str()}")
             at_eof = True

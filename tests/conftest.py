@@ -86,3 +86,19 @@ def moto_endpoint_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory, broker_kafka_version: str) -> Iterator[LocalBroker]:
+    """A secured single-node broker (``LocalBroker(secure=True)``): SASL_SSL with SCRAM-SHA-512 users and an mTLS
+    listener, TLS from a CA made for the session, and an authorizer that denies what no ACL allows.
+
+    Started only by the tests that ask for it. ``secure_kafka_broker.client_settings()`` connects as its super
+    user; ``tests/secure_kafka.py`` makes least-privilege users and their ACLs.
+    """
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka-secure"), kafka_version=broker_kafka_version, secure=True)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -94,7 +94,7 @@ class _Plan:
 def prepare(request: RebuildRequest) -> _Plan:
     """Driver-side checks before any Spark work: the partition exists, the target is free (or may be
     replaced: then no process may hold it), the data directory is writable."""
-    choose_partitions(request.kafka, request.input_topic, [request.partition])
+    choose_partitions(request.kafka, request.input_topic, [request.partition], "Describe")  # only its count
     choose_partitions(request.kafka, request.output_topic, [request.partition])
     target = store_path(request.data_dir, request.input_topic, request.partition)
     try:

@@ -303,13 +303,42 @@ def produce_partition(
     from confluent_kafka import KafkaException, Producer
 
     from dedupectl.errors import BrokerError
+    from reconcile.kafka import is_authorization_error, permission_denied
 
     producer = Producer(dict(settings))
-    failures: list[str] = []
+    failures: list = []  # the KafkaErrors of failed deliveries, and the producer's own fatal one
 
     def delivered(error, _message) -> None:
         if error is not None:
-            failures.append(error.str())
+            failures.append(error)
+
+    try:
+        counts = _produce_rows(producer, rows, topic, delivered)
+        remaining = producer.flush(timeout_s * 4)
+    except (KafkaException, SystemError) as error:
+        # a fatal producer error surfaces from inside flush's delivery callbacks, as a SystemError's cause
+        cause = error if isinstance(error, KafkaException) else error.__cause__
+        if not isinstance(cause, KafkaException) or not cause.args:
+            raise
+        failures.append(cause.args[0])
+        counts, remaining = {}, len(producer)
+    # an idempotent producer without Write on any topic is refused its producer id as a cluster authorization
+    denied = next((failure for failure in failures if is_authorization_error(failure)), None)
+    if denied is not None:
+        raise permission_denied("Write", "topic", topic, denied.str())
+    if remaining or failures:
+        detail = failures[0].str() if failures else f"{remaining} records undelivered after {timeout_s * 4:g}s"
+        raise BrokerError(
+            f"replay could not deliver to {topic}: {detail}",
+            "nothing is lost or doubled: run the same replay again (it re-drives only what the output lacks)",
+        )
+    yield from counts.items()
+
+
+def _produce_rows(producer: Any, rows: Iterator[Any], topic: str, delivered: Any) -> dict[int, int]:
+    from confluent_kafka import KafkaException
+
+    from dedupectl.errors import BrokerError
 
     counts: dict[int, int] = {}
     for row in rows:
@@ -327,13 +356,8 @@ def produce_partition(
             except BufferError:
                 producer.poll(0.05)
             except KafkaException as error:
+                if error.args and error.args[0].fatal():
+                    raise  # the producer's own error (e.g. refused its id): the caller names it
                 raise BrokerError(f"cannot produce to {topic}: {error.args[0].str()}") from error
         counts[row["partition"]] = counts.get(row["partition"], 0) + 1
-    remaining = producer.flush(timeout_s * 4)
-    if remaining or failures:
-        detail = failures[0] if failures else f"{remaining} records undelivered after {timeout_s * 4:g}s"
-        raise BrokerError(
-            f"replay could not deliver to {topic}: {detail}",
-            "nothing is lost or doubled: run the same replay again (it re-drives only what the output lacks)",
-        )
-    yield from counts.items()
+    return counts

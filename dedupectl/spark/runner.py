@@ -13,14 +13,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from dedupectl.errors import DedupeError, SparkError
+from dedupectl.errors import AuthenticationError, DedupeError, PermissionDeniedError, SparkError
 from dedupectl.spark.session import SparkSettings, preflight, spark_session
+from reconcile.kafka import permission_denied
 
 T = TypeVar("T")
 
 # each layer defines its own errors (store, reconcile, snapshots, dedupectl): a traceback names the class's module
-_DEDUPE_ERROR = re.compile(r"^(?:store|reconcile|snapshots|dedupectl)\.errors\.\w+: (?P<message>.+)$", re.MULTILINE)
+_DEDUPE_ERROR = re.compile(
+    r"^(?:store|reconcile|snapshots|dedupectl)\.errors\.(?P<name>\w+): (?P<message>.+)$", re.MULTILINE
+)
+# errors of an executor that keep their class (and so their exit code) on the driver
+_KEPT_ERRORS = {cls.__name__: cls for cls in (PermissionDeniedError, AuthenticationError)}
 _DATA_LOSS = "Some data may have been lost"
+# the Java client's authorization failures, as Spark's Kafka source reports them
+_DENIED = re.compile(
+    r"(?P<kind>Topic|Group)AuthorizationException: Not authorized to access (?:topics|group): \[?(?P<name>[^\]\s]+)\]?"
+)
 
 
 @dataclass(frozen=True)
@@ -61,9 +70,14 @@ def describe_failure(error: BaseException, log_file: Path | None) -> DedupeError
     """The one line an operator needs from a failed Spark job."""
     hint = f"see the Spark log {log_file}" if log_file else "see the Spark driver's log"
     text = _root_cause(error)
-    inner = _DEDUPE_ERROR.findall(text)
+    inner = list(_DEDUPE_ERROR.finditer(text))
     if inner:  # our own error, raised on an executor
-        return SparkError(inner[-1].strip())
+        name, message = inner[-1]["name"], inner[-1]["message"].strip()
+        return _KEPT_ERRORS.get(name, SparkError)(message)
+    denied = _DENIED.search(text)
+    if denied:  # Spark's Kafka source only reads
+        resource, operation = ("topic", "Read") if denied["kind"] == "Topic" else ("group", "Read")
+        return permission_denied(operation, resource, denied["name"], denied.group(0))
     if _DATA_LOSS in text:
         return SparkError(
             "records of the range were deleted (retention) while the job read them",

@@ -122,10 +122,42 @@ class FileSource:
 Source = TopicSource | FileSource
 
 
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def java_security_settings(settings: Mapping[str, str]) -> dict[str, str]:
+    """The Java Kafka client's equivalent of librdkafka's TLS and SASL settings, so one configuration (file or
+    environment) serves the driver's librdkafka calls and Spark's Kafka source alike: the protocol, the
+    mechanism, a PLAIN/SCRAM user as ``sasl.jaas.config``, a PEM CA as a PEM truststore. Anything else
+    (mTLS keystores, OAUTHBEARER, Kerberos) is given with --spark-kafka-option."""
+    java = {key: settings[key] for key in ("security.protocol",) if key in settings}
+    mechanism = settings.get("sasl.mechanism") or settings.get("sasl.mechanisms")  # librdkafka takes both names
+    if mechanism:
+        java["sasl.mechanism"] = mechanism
+    module = _LOGIN_MODULES.get((mechanism or "").upper())
+    if module and "sasl.username" in settings and "sasl.password" in settings:
+        username, password = (_jaas_quoted(settings[key]) for key in ("sasl.username", "sasl.password"))
+        java["sasl.jaas.config"] = f"{module} required username={username} password={password};"
+    if "ssl.ca.location" in settings:
+        java |= {"ssl.truststore.type": "PEM", "ssl.truststore.location": settings["ssl.ca.location"]}
+    if settings.get("ssl.endpoint.identification.algorithm", "").lower() == "none":
+        java["ssl.endpoint.identification.algorithm"] = ""
+    return java
+
+
+def _jaas_quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def spark_kafka_options(kafka: KafkaConfig, java_settings: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Options for Spark's Kafka source: the bootstrap servers plus Java-client settings (``kafka.*``)."""
+    """Options for Spark's Kafka source (``kafka.*``): the bootstrap servers, the security settings derived
+    from the librdkafka ones, then the Java-client settings given for Spark, which win."""
     options = {"kafka.bootstrap.servers": kafka.bootstrap_servers}
-    for key, value in (java_settings or {}).items():
+    for key, value in {**java_security_settings(kafka.settings), **(java_settings or {})}.items():
         options[f"kafka.{key}"] = value
     return options
 
@@ -133,9 +165,11 @@ def spark_kafka_options(kafka: KafkaConfig, java_settings: Mapping[str, str] | N
 # -- Kafka ---------------------------------------------------------------------------------------------
 
 
-def choose_partitions(kafka: KafkaConfig, topic: str, wanted: Sequence[int] | None) -> list[int]:
+def choose_partitions(
+    kafka: KafkaConfig, topic: str, wanted: Sequence[int] | None, operation: str = "Read"
+) -> list[int]:
     """The partitions to read: all of the topic's, or the wanted ones (each must exist)."""
-    count = partition_counts(kafka, [topic])[topic]
+    count = partition_counts(kafka, [topic], needs={topic: operation})[topic]
     if not wanted:
         return list(range(count))
     for partition in wanted:

@@ -39,17 +39,24 @@ def start(
     kafka_version: str | None = typer.Option(
         None, "--kafka-version", help=VERSION_HELP + " A state dir keeps the version that formatted it."
     ),
+    secure: bool = typer.Option(
+        False,
+        "--secure",
+        help="SASL_SSL (SCRAM-SHA-512) and mTLS listeners, TLS from a CA made on the fly, and an authorizer that "
+        "denies what no ACL allows; connect as its super user with the printed DEDUPECTL_CONFIG.",
+    ),
     json_output: bool = JsonOption,
 ) -> None:
     """Start the broker in the background (or find it running) and print its bootstrap servers.
 
     The broker keeps running after this command exits. Its jars are fetched with Maven on first use.
 
-    Data survives `stop`; a restart reuses the previous port when it is free.
+    Data survives `stop`; a restart reuses the previous port when it is free. A state dir keeps the mode
+    (plain or --secure) it was first started in.
 
     Example: eval "$(dedupectl dev broker start | tail -n 1)"
     """
-    broker = LocalBroker(state_dir, heap_mb=heap_mb, kafka_version=kafka_version)
+    broker = LocalBroker(state_dir, heap_mb=heap_mb, kafka_version=kafka_version, secure=secure or None)
     if json_output:
         broker.start(timeout=timeout)
         print_json(broker.status())
@@ -60,6 +67,11 @@ def start(
     console.print(
         f"Kafka {status.kafka_version} broker running on [bold]{bootstrap}[/] (pid {status.pid}, state dir {state_dir})"
     )
+    if status.secure:
+        console.print(f"mTLS listener on [bold]{status.mtls_bootstrap}[/]; CA certificate {broker.security.ca_path}")
+        # the admin's password stays in the config file: never on a command line or in this output
+        typer.echo(f"export DEDUPECTL_BOOTSTRAP_SERVERS={bootstrap} DEDUPECTL_CONFIG={status.client_config}")
+        return
     typer.echo(f"export DEDUPECTL_BOOTSTRAP_SERVERS={bootstrap}")
 
 
@@ -116,6 +128,7 @@ def _print_status(current: BrokerStatus) -> None:
         ("pid", current.pid),
         ("bootstrap servers", current.bootstrap),
         ("kafka version", current.kafka_version),
+        ("secure", "yes" if current.secure else "no"),
         ("state dir", current.state_dir),
     ]
     print_table("Local Kafka broker", ("field", "value"), rows)
