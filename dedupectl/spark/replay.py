@@ -14,6 +14,11 @@ offset. So:
 - the original timestamp is kept, so the worker publishes the record with it and a time-range audit of the
   incident finds it where it belongs.
 
+Ids the worker has not reached yet are not lost: the worker group's committed input offsets are read before
+the output, and an id whose first record is at or past them is reported as not yet consumed (the worker
+will publish it as it catches up), neither replayed nor checked against a store. Records without a valid
+id are skipped and counted: replay re-drives ids, and the worker dead-letters such records itself.
+
 One case replay cannot fix alone: an id the store still holds but the output lost (the output was truncated,
 or an unclean leader election dropped committed records). The worker would drop its replay as a duplicate.
 With ``--data-dir`` replay checks the partitions' stores (as a secondary instance: safe while the worker

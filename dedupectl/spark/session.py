@@ -123,7 +123,7 @@ def check_master(master: str, *, probe: bool = True, conf: Mapping[str, str] | N
             return
         reasons.append(f"{host_port}: {problem}")
     raise SparkError(
-        f"no Spark master answers at {master} ({'; '.join(reasons)})",
+        f"cannot reach the Spark master {master} ({'; '.join(reasons)})",
         "check --master and that the master runs (its web UI shows the spark:// URL to use)",
     )
 

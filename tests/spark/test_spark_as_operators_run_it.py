@@ -88,7 +88,7 @@ def test_a_port_where_no_spark_master_answers_is_one_line_at_once(make_pipeline)
     started = time.monotonic()  # the master given is the broker's own port: it listens, it is no Spark master
     result = run_cli(*pipeline.cli_args("audit", "--master", f"spark://{pipeline.kafka.bootstrap_servers}"))
     elapsed = time.monotonic() - started
-    line = assert_one_line_error(result, "no Spark master answers at spark://", "not a Spark master", exit_code=2)
+    line = assert_one_line_error(result, "cannot reach the Spark master spark://", "not a Spark master", exit_code=2)
     assert "Py4J" not in line and elapsed < 15, (elapsed, line)
 
 

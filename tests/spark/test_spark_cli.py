@@ -48,6 +48,11 @@ def test_audit_and_replay_commands(incident, spark_session):
     assert replay["dry_run"] is True and replay["replayed"] == 0
     assert replay["partitions"][0]["missing"] == 1 and replay["samples"][0]["id"] == "e3"
 
+    table = runner.invoke(app, incident.cli_args("replay", "--dry-run"), catch_exceptions=False)
+    assert table.exit_code == 0
+    assert "1 records would be replayed" in table.stdout and "e3" in table.stdout
+    assert "invalid" in table.stdout and "committed" not in table.stdout  # the group has committed nothing
+
 
 def test_print_submit(incident):
     result = run_cli(

@@ -115,7 +115,7 @@ def test_master_urls():
         check_master("local[x]")
     with pytest.raises(ConfigError, match="is not host:port"):
         check_master("spark://nohost", probe=False)
-    with pytest.raises(SparkError, match=r"no Spark master answers at spark://127\.0\.0\.1:1 .*refused"):
+    with pytest.raises(SparkError, match=r"cannot reach the Spark master spark://127\.0\.0\.1:1 .*refused"):
         check_master("spark://127.0.0.1:1")
     assert parse_conf(["a=b=c"]) == {"a": "b=c"}
 

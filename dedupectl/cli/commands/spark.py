@@ -351,15 +351,19 @@ def _render_replay(report) -> None:
 
 
 def _replay_table(report) -> None:
+    """One row per partition; the committed-offset and store columns only when replay had them."""
+    grouped = any(p.committed_offset is not None for p in report.partitions)
     checked = any(p.held_by_store is not None for p in report.partitions)
-    columns = ["partition", "input offsets", "input", "invalid", "distinct ids", "committed", "not yet consumed"]
-    columns += ["missing from output", "replayed", *(["held by store"] if checked else [])]
+    columns = ["partition", "offsets", "input", "invalid", "ids"]
+    columns += [*(["committed", "not consumed yet"] if grouped else []), "missing", "replayed"]
+    columns += ["held by store"] if checked else []
     rows = []
     for p in report.partitions:
         row = [p.partition, f"{p.input_offsets[0]}-{p.input_offsets[1]}", f"{p.input_records:,}"]
-        committed = "-" if p.committed_offset is None else p.committed_offset
-        row += [f"{p.invalid_records:,}", f"{p.distinct_ids:,}", committed]
-        row += [f"{p.not_yet_consumed:,}", f"{p.missing:,}", f"{p.replayed:,}"]
+        row += [f"{p.invalid_records:,}", f"{p.distinct_ids:,}"]
+        if grouped:
+            row += ["-" if p.committed_offset is None else p.committed_offset, f"{p.not_yet_consumed:,}"]
+        row += [f"{p.missing:,}", f"{p.replayed:,}"]
         if checked:
             row.append("-" if p.held_by_store is None else f"{p.held_by_store:,}")
         rows.append(row)
