@@ -40,9 +40,9 @@ from pyspark.sql.types import (
 )
 
 from dedupectl.config import KafkaConfig
-from dedupectl.errors import ConfigError, RangeError, SparkError
+from dedupectl.errors import BrokerError, ConfigError, RangeError, SparkError
 from reconcile.broker_retry import describe
-from reconcile.kafka import make_consumer, partition_counts, unreachable
+from reconcile.kafka import make_consumer, partition_counts
 from reconcile.ranges import Bound, resolve_range
 from reconcile.scan import OutputReader
 
@@ -194,7 +194,10 @@ def committed_offsets(
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=kafka.timeout_s)
     except KafkaException as error:
-        raise unreachable(kafka, f"reading the committed offsets of group {group_id}: {describe(error)}") from error
+        raise BrokerError(
+            f"cannot read the committed offsets of consumer group {group_id}: {describe(error)}",
+            "check --group-id (the worker's group_id) and that the principal may Describe that group",
+        ) from error
     finally:
         consumer.close()
     return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
