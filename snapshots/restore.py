@@ -18,7 +18,6 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from snapshots.backends import AwsOptions, EbsBackend, open_backend
@@ -27,7 +26,7 @@ from snapshots.ids import parse_snapshot_id
 from snapshots.progress import NO_PROGRESS, TransferProgress
 from store.dedup_store import DedupStore
 from store.errors import DataDirError, StoreError, StoreLockedError
-from store.layout import store_path
+from store.layout import moved_aside_path, store_path
 from store.worker_status import describe, live_worker_for
 
 
@@ -146,8 +145,7 @@ def restore_snapshot(
         _check_restored(staging, topic, partition, snapshot_id)
         if target.exists():
             _refuse_if_locked(target)
-            stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-            moved_aside = target.with_name(f"{target.name}.replaced-{stamp}")
+            moved_aside = moved_aside_path(target)
             os.rename(target, moved_aside)
         try:
             os.rename(staging, target)

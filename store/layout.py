@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 _STORE_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+# a store moved aside by --replace: <topic>-<partition>.replaced-<UTC time>, never a live store
+_MOVED_ASIDE = re.compile(r"\.replaced-\d{8}(?:T\d{6}Z|-\d{6})$")
 
 
 def store_path(data_dir: Path, topic: str, partition: int) -> Path:
     return Path(data_dir) / f"{topic}-{partition}"
 
 
+def moved_aside_path(target: Path) -> Path:
+    """Where a replaced store goes: beside ``target``, as ``<store>.replaced-<UTC time>``, which no reader
+    of the data directory takes for a store."""
+    return target.with_name(f"{target.name}.replaced-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
+
+
+def is_moved_aside(path: Path) -> bool:
+    return bool(_MOVED_ASIDE.search(Path(path).name))
+
+
 def list_store_dirs(data_dir: Path) -> list[tuple[str, int, Path]]:
-    """Return ``(topic, partition, path)`` of every store directory under ``data_dir``, sorted."""
+    """Return ``(topic, partition, path)`` of every store directory under ``data_dir``, sorted (stores moved
+    aside by ``--replace`` are not among them)."""
     found = []
     for child in sorted(Path(data_dir).iterdir()) if Path(data_dir).is_dir() else []:
+        if is_moved_aside(child):
+            continue
         match = _STORE_DIR.match(child.name)
         if match and child.is_dir() and (child / "CURRENT").exists():
             found.append((match["topic"], int(match["partition"]), child))

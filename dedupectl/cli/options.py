@@ -83,6 +83,7 @@ CheckedDataDirOption = typer.Option(
 StoreTopicOption = typer.Option(
     None, "--topic", "-t", help="Input topic of the stores (default: the only one in the data directory)."
 )
+GroupIdOption = typer.Option(None, "--group-id", help="The worker's consumer group (default: dedupectl.<input>).")
 PartitionsOption = typer.Option(None, "--partition", "-p", help="A partition (repeatable); default: every partition.")
 
 # -- AWS (S3 and EBS snapshots, volumes) -------------------------------------------------------------------

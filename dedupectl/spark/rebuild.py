@@ -48,7 +48,7 @@ from dedupectl.spark.sources import (
 from store import bulk_load
 from store.codec import StoreState
 from store.dedup_store import DedupStore
-from store.layout import store_path
+from store.layout import moved_aside_path, store_path
 
 
 @dataclass(frozen=True)
@@ -214,7 +214,7 @@ def _place(built: Path, target: Path, replace: bool) -> Path | None:
     if target.exists():
         if not replace:
             raise StoreError(f"a store appeared at {target} during the rebuild", "stop whatever writes there")
-        replaced = target.with_name(f"{target.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}")
+        replaced = moved_aside_path(target)
         target.rename(replaced)
     built.rename(target)
     return replaced

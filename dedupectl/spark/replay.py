@@ -14,6 +14,11 @@ offset. So:
 - the original timestamp is kept, so the worker publishes the record with it and a time-range audit of the
   incident finds it where it belongs.
 
+Ids the worker has not reached yet are not lost: the worker group's committed input offsets are read before
+the output, and an id whose first record is at or past them is reported as not yet consumed (the worker
+will publish it as it catches up), neither replayed nor checked against a store. Records without a valid
+id are skipped and counted: replay re-drives ids, and the worker dead-letters such records itself.
+
 One case replay cannot fix alone: an id the store still holds but the output lost (the output was truncated,
 or an unclean leader election dropped committed records). The worker would drop its replay as a duplicate.
 With ``--data-dir`` replay checks the partitions' stores (as a secondary instance: safe while the worker
@@ -30,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
@@ -42,6 +47,7 @@ from dedupectl.spark.session import SparkSettings
 from dedupectl.spark.sources import (
     PartitionRange,
     choose_partitions,
+    committed_offsets,
     kafka_records,
     require_records,
     resolve_topic_ranges,
@@ -66,6 +72,7 @@ class ReplayRequest:
     id_field: str = "messageId"
     dry_run: bool = False
     data_dir: Path | None = None  # check the partitions' stores for ids the worker would drop
+    group_id: str | None = None  # the worker's group: ids past its committed offsets are not yet consumed
     sample_size: int = 5
 
 
@@ -75,9 +82,12 @@ class PartitionReplay:
     input_offsets: tuple[int, int]
     input_records: int = 0
     distinct_ids: int = 0
-    missing: int = 0  # valid ids of the range that the output lacks
+    missing: int = 0  # valid ids the worker consumed (below its committed offset) that the output lacks
     replayed: int = 0  # records produced to the input topic (0 with --dry-run)
     held_by_store: int | None = None  # missing ids the store holds: the worker would drop them (None: unchecked)
+    committed_offset: int | None = None  # the worker group's committed input offset (None: none or not asked)
+    not_yet_consumed: int = 0  # ids the output lacks only because the worker has not reached them: not replayed
+    invalid_records: int = 0  # records without a valid id: skipped (the worker dead-letters them, replay does not)
 
 
 @dataclass(frozen=True)
@@ -148,9 +158,12 @@ def run_replay(
             inp = _cached(cached, _input_ids(spark, request, options, ranges))
             input_stats = _input_stats(inp)
 
+            committed = _committed(request, [r.partition for r in ranges])  # before the output is read
             step("replay: reading the output, finding what it lacks")
-            missing = _cached(cached, _missing_from_output(spark, request, options, inp, [r.partition for r in ranges]))
-            missing_counts = {row["partition"]: row["count"] for row in missing.groupBy("partition").count().collect()}
+            lacking = _missing_from_output(spark, request, options, inp, [r.partition for r in ranges])
+            lacking = _cached(cached, lacking.withColumn("pending", _not_yet_consumed(committed)))
+            missing = lacking.where(~F.col("pending"))
+            missing_counts, pending_counts = _counts_by_pending(lacking)
             samples = _samples(missing, request.sample_size)
 
             held = None
@@ -167,7 +180,7 @@ def run_replay(
             frame.unpersist()
     partitions = []
     for r in ranges:
-        records, distinct = input_stats.get(r.partition, (0, 0))
+        records, distinct, invalid = input_stats.get(r.partition, (0, 0, 0))
         partitions.append(
             PartitionReplay(
                 partition=r.partition,
@@ -177,6 +190,9 @@ def run_replay(
                 missing=missing_counts.get(r.partition, 0),
                 replayed=replayed.get(r.partition, 0),
                 held_by_store=None if held is None else held.get(r.partition, 0),
+                committed_offset=committed.get(r.partition),
+                not_yet_consumed=pending_counts.get(r.partition, 0),
+                invalid_records=invalid,
             )
         )
     return ReplayReport(
@@ -204,10 +220,39 @@ def _input_ids(
     return records.withColumn("id", input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
 
 
-def _input_stats(inp: DataFrame) -> dict[int, tuple[int, int]]:
-    """Records and distinct ids per partition."""
-    counts = inp.groupBy("partition").agg(F.count(F.lit(1)).alias("records"), F.countDistinct("id").alias("distinct"))
-    return {row["partition"]: (row["records"], row["distinct"]) for row in counts.collect()}
+def _input_stats(inp: DataFrame) -> dict[int, tuple[int, int, int]]:
+    """Records, distinct valid ids and records without a valid id, per partition."""
+    counts = inp.groupBy("partition").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.countDistinct("id").alias("distinct"),
+        F.count(F.when(F.col("id").isNull(), 1)).alias("invalid"),
+    )
+    return {row["partition"]: (row["records"], row["distinct"], row["invalid"]) for row in counts.collect()}
+
+
+def _committed(request: ReplayRequest, partitions: list[int]) -> dict[int, int | None]:
+    if request.group_id is None:
+        return {}
+    return committed_offsets(request.kafka, request.group_id, request.input_topic, partitions)
+
+
+def _not_yet_consumed(committed: Mapping[int, int | None]) -> Column:
+    """True for a record at or past its partition's committed offset: the worker has yet to consume it, so
+    the output may lack its id without anything being lost. No committed offset: treated as consumed."""
+    pending = F.lit(False)
+    for partition, offset in committed.items():
+        if offset is not None:
+            pending = pending | ((F.col("partition") == partition) & (F.col("offset") >= offset))
+    return pending
+
+
+def _counts_by_pending(lacking: DataFrame) -> tuple[dict[int, int], dict[int, int]]:
+    """Ids the output lacks per partition: (consumed, hence missing; not yet consumed)."""
+    missing: dict[int, int] = {}
+    pending: dict[int, int] = {}
+    for row in lacking.groupBy("partition", "pending").count().collect():
+        (pending if row["pending"] else missing)[row["partition"]] = row["count"]
+    return missing, pending
 
 
 def _missing_from_output(

@@ -2,7 +2,7 @@
 
 Before a JVM starts, ``preflight`` checks what would otherwise fail slowly or cryptically: Java 17+ (Spark 4
 needs it; the launcher adds the ``--add-opens`` module flags Java 17 needs by itself), the Kafka connector
-jars, and for a standalone master that it answers at all (Spark would retry for a minute, then hang).
+jars, and for a standalone master that it answers Spark's RPC (Spark would retry for a minute, then fail).
 
 Spark's console output (the launcher's banner, log4j, the JVM's own warnings, Python worker tracebacks)
 goes to a log file per run under ``<cache>/spark-logs/``: the operator sees dedupectl's progress and result,
@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from types import MappingProxyType
 
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark.jars import ConnectorJars, cache_root, ensure_connector_jars
+from dedupectl.spark.rpc_probe import spark_rpc_problem
 from reconcile.kafka import redact
 
 DEFAULT_MASTER = "local[*]"
@@ -58,6 +58,8 @@ logger.kafka.level = warn
 _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
 _STANDALONE = re.compile(r"^spark://(?P<hosts>[^/]+)$")
 _OTHER_MASTERS = re.compile(r"^(yarn|k8s://.+|mesos://.+)$")
+# settings under which a master accepts no request before an authentication or TLS handshake
+_SECURED_RPC = ("spark.authenticate", "spark.network.crypto.enabled", "spark.ssl.rpc.enabled")
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,10 @@ def submitted() -> bool:
 # -- preflight -------------------------------------------------------------------------------------------
 
 
-def check_master(master: str, *, probe: bool = True) -> None:
-    """Refuse a malformed master; for ``spark://`` (with ``probe``) fail fast when no listed master answers."""
+def check_master(master: str, *, probe: bool = True, conf: Mapping[str, str] | None = None) -> None:
+    """Refuse a malformed master; for ``spark://`` (with ``probe``) fail fast unless a listed master answers
+    Spark's RPC (a port that only accepts connections may be another service: Spark would retry for a minute).
+    With authentication or RPC encryption in ``conf`` the probe only connects (the master wants a handshake)."""
     if _LOCAL.match(master) or _OTHER_MASTERS.match(master):
         return
     standalone = _STANDALONE.match(master)
@@ -110,14 +114,14 @@ def check_master(master: str, *, probe: bool = True) -> None:
             raise ConfigError(f"--master {master!r}: {host_port!r} is not host:port", "e.g. spark://spark-master:7077")
     if not probe:
         return
+    speak = not any(str((conf or {}).get(key, "")).lower() == "true" for key in _SECURED_RPC)
     reasons = []
     for host_port in standalone["hosts"].split(","):
         host, _, port = host_port.rpartition(":")
-        try:
-            with socket.create_connection((host, int(port)), timeout=MASTER_PROBE_S):
-                return
-        except OSError as error:
-            reasons.append(f"{host_port}: {error.strerror or error}")
+        problem = spark_rpc_problem(host.strip("[]"), int(port), MASTER_PROBE_S, speak=speak)
+        if problem is None:
+            return
+        reasons.append(f"{host_port}: {problem}")
     raise SparkError(
         f"cannot reach the Spark master {master} ({'; '.join(reasons)})",
         "check --master and that the master runs (its web UI shows the spark:// URL to use)",
@@ -161,12 +165,39 @@ def preflight(settings: SparkSettings, progress=None) -> ConnectorJars | None:
     """Everything checked before a JVM starts; returns the connector jars (None under spark-submit)."""
     if submitted():
         return None
-    check_master(settings.master)
+    check_master(settings.master, conf=settings.conf)
     java_version()
     return ensure_connector_jars(progress)
 
 
 # -- the session -----------------------------------------------------------------------------------------
+
+
+def executor_python(settings: SparkSettings) -> str | None:
+    """The interpreter executors start Python workers with: the operator's ``spark.pyspark.python`` or
+    ``PYSPARK_PYTHON``, else on local and standalone masters this very interpreter (it has dedupectl, and
+    the CLI may run from a virtualenv that is not on PATH). None: Spark's own default (``python3`` on the
+    executors' PATH, for YARN and Kubernetes whose executors run elsewhere)."""
+    chosen = settings.conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    if chosen:
+        return chosen
+    return sys.executable if settings.local or _STANDALONE.match(settings.master) else None
+
+
+@contextmanager
+def _python_for_executors(python: str | None) -> Iterator[None]:
+    """PySpark's driver takes the executors' interpreter from ``PYSPARK_PYTHON`` when the context starts (it
+    ignores ``spark.pyspark.python`` unless spark-submit launched it): set it for that moment only."""
+    before = os.environ.get("PYSPARK_PYTHON")
+    if python is not None:
+        os.environ["PYSPARK_PYTHON"] = python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
 
 
 @dataclass
@@ -207,11 +238,13 @@ def spark_conf_entries(settings: SparkSettings, jars: ConnectorJars | None, log_
                 "spark.driver.bindAddress": "127.0.0.1",
                 "spark.driver.memory": "2g",
                 "spark.sql.shuffle.partitions": "16",  # 200 near-empty tasks cost more than they hold
-                "spark.pyspark.python": sys.executable,  # executors import dedupectl from this interpreter
             }
         )
     else:
         conf["spark.master"] = settings.master
+    python = executor_python(settings)
+    if python is not None:
+        conf["spark.pyspark.python"] = python
     if log_config is not None:
         conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile={log_config}"
     for key, value in settings.conf.items():
@@ -248,7 +281,8 @@ def spark_session(settings: SparkSettings, jars: ConnectorJars | None) -> Iterat
     with open(log_file, "ab") as log:
         try:
             gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
-            context = SparkContext(conf=conf, gateway=gateway)
+            with _python_for_executors(conf.get("spark.pyspark.python")):
+                context = SparkContext(conf=conf, gateway=gateway)
         except Exception as error:
             raise SparkError(f"Spark did not start: {_first_line(error)}", f"see the Spark log {log_file}") from error
         spark = SparkSession(context)
@@ -283,6 +317,10 @@ def submit_command(settings: SparkSettings, jars: ConnectorJars | None, job_args
         command += ["--jars", ",".join(str(jar) for jar in jars.jars)]
     for key, value in settings.conf.items():
         command += ["--conf", f"{key}={value}"]
+    python = executor_python(settings)
+    if python is not None and "spark.pyspark.python" not in settings.conf:
+        # the driver spark-submit starts and its executors import dedupectl: this interpreter has it
+        command += ["--conf", f"spark.pyspark.python={python}"]
     command += ["--conf", "spark.ui.showConsoleProgress=false", str(SUBMIT_ENTRY), *job_args]
     return command
 

@@ -40,8 +40,9 @@ from pyspark.sql.types import (
 )
 
 from dedupectl.config import KafkaConfig
-from dedupectl.errors import ConfigError, RangeError, SparkError
-from reconcile.kafka import partition_counts
+from dedupectl.errors import BrokerError, ConfigError, RangeError, SparkError
+from reconcile.broker_retry import describe
+from reconcile.kafka import make_consumer, partition_counts
 from reconcile.ranges import Bound, resolve_range
 from reconcile.scan import OutputReader
 
@@ -212,6 +213,28 @@ def end_offsets(kafka: KafkaConfig, topic: str, partitions: Sequence[int]) -> di
     """Each partition's last stable offset now (what ``read_committed`` can read up to)."""
     with OutputReader(kafka) as reader:
         return {partition: reader.bounds(topic, partition).end for partition in partitions}
+
+
+def committed_offsets(
+    kafka: KafkaConfig, group_id: str, topic: str, partitions: Sequence[int]
+) -> dict[int, int | None]:
+    """The consumer group's committed offset per partition (None: none committed); transactional commits
+    still open are waited for (read_committed), so every offset below was consumed and its output committed."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    consumer = make_consumer(
+        kafka, **{"group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_committed"}
+    )
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=kafka.timeout_s)
+    except KafkaException as error:
+        raise BrokerError(
+            f"cannot read the committed offsets of consumer group {group_id}: {describe(error)}",
+            "check --group-id (the worker's group_id) and that the principal may Describe that group",
+        ) from error
+    finally:
+        consumer.close()
+    return {tp.partition: (tp.offset if tp.offset >= 0 else None) for tp in found}
 
 
 def kafka_records(

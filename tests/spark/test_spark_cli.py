@@ -4,6 +4,7 @@ line (in-process, in the shared session: a second JVM would cost more than the t
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,11 @@ def test_audit_and_replay_commands(incident, spark_session):
     assert replay["dry_run"] is True and replay["replayed"] == 0
     assert replay["partitions"][0]["missing"] == 1 and replay["samples"][0]["id"] == "e3"
 
+    table = runner.invoke(app, incident.cli_args("replay", "--dry-run"), catch_exceptions=False)
+    assert table.exit_code == 0
+    assert "1 records would be replayed" in table.stdout and "e3" in table.stdout
+    assert "invalid" in table.stdout and "committed" not in table.stdout  # the group has committed nothing
+
 
 def test_print_submit(incident):
     result = run_cli(
@@ -60,6 +66,7 @@ def test_print_submit(incident):
     assert rest.startswith("--master spark://spark-master:7077 --name dedupectl-audit --jars ")
     assert "spark-sql-kafka-0-10_2.13" in command and "kafka-clients" in command
     assert "--conf spark.executor.memory=4g" in command
+    assert f"--conf spark.pyspark.python={sys.executable}" in command  # the driver and executors import dedupectl
     job = command.split("dedupectl/spark/submit.py ", 1)[1]
     assert job.startswith(f"audit -b {incident.kafka.bootstrap_servers} -i {incident.input_topic}")
     assert "--window 24h" in job and "--print-submit" not in job and "--master" not in job
@@ -100,7 +107,21 @@ def test_rebuild_command_replaces_a_store(incident, spark_session, tmp_path):
     assert result.exit_code == 0, result.stdout
     report = json.loads(result.stdout)
     assert (report["ids"], report["records_read"], report["duplicate_records"]) == (6, 6, 0)  # e0-e2, e4, e5, x1
-    assert report["replaced"].startswith(str(data_dir / f"{incident.input_topic}-0.replaced-"))
+    aside = Path(report["replaced"])
+    assert aside.parent == data_dir and aside.name.startswith(f"{incident.input_topic}-0.replaced-")
+    assert (aside / "CURRENT").exists()
     with DedupStore.open_secondary(data_dir / f"{incident.input_topic}-0") as store:
         assert store.contains_many([b"e0", b"x1", b"e3", b"stale"]) == [True, True, False, False]
         assert store.state.next_seq == 6
+
+    # what alerting and on-call run against the data dir sees the one live store, the moved-aside one is no
+    # store of a topic "<topic>-0.replaced-…" (nor is one whose stamp is in local time)
+    aside.rename(data_dir / f"{incident.input_topic}-0.replaced-20261101-120000")
+    for command in (["window", "--min", "1s"], ["window"], ["lookup", "e0", "stale"]):
+        result = CliRunner().invoke(app, [*command, "-d", str(data_dir), "--json"])
+        assert result.exit_code == 0, result.output
+        rows = json.loads(result.stdout)
+        assert {row["topic"] for row in rows} == {incident.input_topic}
+        assert {row["partition"] for row in rows} <= {0, None}
+    found = {row["id"]: row["partition"] for row in rows}
+    assert found == {"e0": 0, "stale": None}

@@ -11,7 +11,14 @@ import pytest
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark import jars
 from dedupectl.spark.audit_sides import audit_sides
-from dedupectl.spark.session import SparkSettings, check_master, job_arguments, parse_conf, spark_conf_entries
+from dedupectl.spark.session import (
+    SparkSettings,
+    check_master,
+    executor_python,
+    job_arguments,
+    parse_conf,
+    spark_conf_entries,
+)
 from dedupectl.spark.sources import FileSource, TopicSource
 
 
@@ -82,11 +89,22 @@ def test_configuration_of_a_local_and_a_cluster_job(tmp_path):
     )
     assert local["spark.master"] == "local[2]" and local["spark.ui.showConsoleProgress"] == "false"
     assert local["spark.driver.memory"] == "4g"  # the operator's --conf wins
-    assert local["spark.pyspark.python"] == sys.executable
+    assert local["spark.pyspark.python"] == sys.executable  # executors import dedupectl from this interpreter
     assert local["spark.driver.extraJavaOptions"] == f"-Dlog4j2.configurationFile={tmp_path}/log4j2.properties -Dx=1"
     cluster = spark_conf_entries(SparkSettings("spark://master:7077"), None, None)
     assert cluster["spark.master"] == "spark://master:7077"
-    assert "spark.pyspark.python" not in cluster and "spark.ui.enabled" not in cluster
+    assert cluster["spark.pyspark.python"] == sys.executable and "spark.ui.enabled" not in cluster
+    assert "spark.pyspark.python" not in spark_conf_entries(SparkSettings("yarn"), None, None)  # executors elsewhere
+
+
+def test_the_executors_interpreter_is_the_operators_choice_first(monkeypatch):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    assert executor_python(SparkSettings("local[2]")) == sys.executable
+    assert executor_python(SparkSettings("k8s://https://k8s:443")) is None
+    monkeypatch.setenv("PYSPARK_PYTHON", "/opt/py/bin/python3")
+    assert executor_python(SparkSettings("yarn")) == "/opt/py/bin/python3"
+    conf = {"spark.pyspark.python": "/srv/venv/bin/python"}
+    assert executor_python(SparkSettings("spark://m:7077", conf)) == "/srv/venv/bin/python"
 
 
 def test_master_urls():
@@ -97,7 +115,7 @@ def test_master_urls():
         check_master("local[x]")
     with pytest.raises(ConfigError, match="is not host:port"):
         check_master("spark://nohost", probe=False)
-    with pytest.raises(SparkError, match="cannot reach the Spark master"):
+    with pytest.raises(SparkError, match=r"cannot reach the Spark master spark://127\.0\.0\.1:1 .*refused"):
         check_master("spark://127.0.0.1:1")
     assert parse_conf(["a=b=c"]) == {"a": "b=c"}
 

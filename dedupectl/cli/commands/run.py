@@ -13,6 +13,7 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    GroupIdOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
@@ -37,7 +38,7 @@ def run(
     input_topic: str | None = InputTopicOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
-    group_id: str | None = typer.Option(None, "--group-id", help="Consumer group (default: dedupectl.<input>)."),
+    group_id: str | None = GroupIdOption,
     data_dir: Path | None = ConfigDataDirOption,
     worker_id: str | None = typer.Option(
         None, "--worker-id", help="Stable name of this worker (static group member) (default: hostname)."

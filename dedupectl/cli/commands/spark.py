@@ -15,6 +15,7 @@ from dedupectl.cli.options import (
     CheckedDataDirOption,
     ConfigDataDirOption,
     ConfigOption,
+    GroupIdOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
@@ -255,6 +256,7 @@ def replay(
     bootstrap_servers: str | None = BootstrapOption,
     input_topic: str | None = InputTopicOption,
     output_topic: str | None = OutputTopicOption,
+    group_id: str | None = GroupIdOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
@@ -269,7 +271,9 @@ def replay(
 
     The first record of each valid id the output lacks is produced again to the input topic (same
     partition, key, value, headers, timestamp); the worker dedups it like any input, so running
-    twice or while the worker runs is safe. Exit 0: done; 1: some ids are held by a store; 2: error.
+    twice or while the worker runs is safe. Ids past the worker group's committed offsets are not yet
+    consumed: reported apart, not replayed. Records without a valid id are skipped and counted.
+    Exit 0: done; 1: some ids are held by a store; 2: error.
 
     Example: dedupectl replay -c dedupectl.toml --from 2026-11-21T08:00Z --to 2026-11-21T09:00Z
     """
@@ -287,6 +291,7 @@ def replay(
             "bootstrap_servers": bootstrap_servers,
             "input_topic": input_topic,
             "output_topic": output_topic,
+            "group_id": group_id,
             "value_format": value_format,
             "id_field": id_field,
             "kafka": parse_kafka_settings(kafka_setting),
@@ -304,6 +309,7 @@ def replay(
         id_field=worker.id_field,
         dry_run=dry_run,
         data_dir=data_dir,
+        group_id=worker.group_id,
         sample_size=samples,
     )
     report = _run_and_show(run, request, settings, json_output, _replay_json, _render_replay)
@@ -315,25 +321,15 @@ def _replay_json(report) -> dict:
         "exit_code": report.exit_code,
         **{k: getattr(report, k) for k in ("input_topic", "output_topic", "dry_run", "seconds")},
         "replayed": report.total("replayed"),
+        "not_yet_consumed": report.total("not_yet_consumed"),
+        "invalid_records": report.total("invalid_records"),
         "partitions": list(report.partitions),
         "samples": list(report.samples),
     }
 
 
 def _render_replay(report) -> None:
-    checked = any(p.held_by_store is not None for p in report.partitions)
-    columns = ["partition", "input offsets", "input", "distinct ids", "missing from output", "replayed"]
-    rows = []
-    for p in report.partitions:
-        row = [p.partition, f"{p.input_offsets[0]}-{p.input_offsets[1]}", f"{p.input_records:,}"]
-        row += [f"{p.distinct_ids:,}", f"{p.missing:,}", f"{p.replayed:,}"]
-        if checked:
-            row.append("-" if p.held_by_store is None else f"{p.held_by_store:,}")
-        rows.append(row)
-    if checked:
-        columns.append("held by store")
-    title = f"replay {report.input_topic} (missing from {report.output_topic}){' --dry-run' if report.dry_run else ''}"
-    print_table(title, columns, rows)
+    _replay_table(report)
     if report.samples:
         print_table(
             "samples",
@@ -350,7 +346,44 @@ def _render_replay(report) -> None:
             " (confirm with `dedupectl audit` once it caught up)"
         )
     else:
-        console.print("nothing to replay: the output holds every valid id of the range")
+        console.print("nothing to replay: the output holds every valid id the worker consumed")
+    _replay_notes(report)
+
+
+def _replay_table(report) -> None:
+    """One row per partition; the committed-offset and store columns only when replay had them."""
+    grouped = any(p.committed_offset is not None for p in report.partitions)
+    checked = any(p.held_by_store is not None for p in report.partitions)
+    columns = ["partition", "offsets", "input", "invalid", "ids"]
+    columns += [*(["committed", "not consumed yet"] if grouped else []), "missing", "replayed"]
+    columns += ["held by store"] if checked else []
+    rows = []
+    for p in report.partitions:
+        row = [p.partition, f"{p.input_offsets[0]}-{p.input_offsets[1]}", f"{p.input_records:,}"]
+        row += [f"{p.invalid_records:,}", f"{p.distinct_ids:,}"]
+        if grouped:
+            row += ["-" if p.committed_offset is None else p.committed_offset, f"{p.not_yet_consumed:,}"]
+        row += [f"{p.missing:,}", f"{p.replayed:,}"]
+        if checked:
+            row.append("-" if p.held_by_store is None else f"{p.held_by_store:,}")
+        rows.append(row)
+    title = f"replay {report.input_topic} (missing from {report.output_topic}){' --dry-run' if report.dry_run else ''}"
+    print_table(title, columns, rows)
+
+
+def _replay_notes(report) -> None:
+    pending = report.total("not_yet_consumed")
+    if pending:
+        console.print(
+            f"{pending:,} ids are past the worker's committed offsets (not yet consumed): the worker publishes"
+            " them as it catches up; not replayed, nothing to fix"
+        )
+    invalid = report.total("invalid_records")
+    if invalid:
+        console.print(
+            f"{invalid:,} records without a valid id were skipped: replay re-drives ids only (the worker"
+            " dead-letters such records when it consumes them; `dedupectl audit` counts them)"
+        )
     held = report.total("held_by_store")
     if held:
         console.print(
