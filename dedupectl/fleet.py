@@ -1,0 +1,311 @@
+"""The fleet at a glance (``dedupectl status``): per input partition its owner, lag, rate, effective window
+against the floor, store size, last commit age and a verdict, from any host that reaches Kafka.
+
+Where each figure comes from:
+- Kafka (always): the input's end offsets, the group's committed offsets (lag, and messages/s from two reads),
+  the group's members and their assignments (owner: the static member id is the worker id);
+- the workers' metrics endpoints (``--metrics``): window, store bytes, refusals, the worker's last commit;
+- data directories readable from here (``--data-dir``): window, store bytes and refusals from the stores
+  (opened as secondaries, as ``dedupectl window`` does), and the hosts in the workers' status files.
+A figure that none of these gives is left empty, and the report says why in ``unavailable``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from dedupectl.errors import DedupeError
+from dedupectl.scrape import PartitionFigures, scrape
+from reconcile.broker_retry import RetryPolicy, describe, with_retries
+from reconcile.errors import BrokerError
+from reconcile.gaps import describe as describe_gap
+from reconcile.kafka import KafkaConfig, admin_client, partition_counts
+from store.selection import select_stores
+from store.window import read_windows
+from store.worker_status import read_statuses
+
+DEFAULT_FLOOR_S = 24 * 3600.0
+DEFAULT_STALL_S = 300.0
+DEFAULT_MAX_LAG = 1000
+
+# verdicts, worst first; the first four page (exit 1), LAGGING is a warning
+REFUSED, BELOW_FLOOR, NO_OWNER, STALLED, LAGGING, OK = "REFUSED", "BELOW FLOOR", "NO OWNER", "STALLED", "LAGGING", "ok"
+FAILING = (REFUSED, BELOW_FLOOR, NO_OWNER, STALLED)
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    kafka: KafkaConfig
+    input_topic: str
+    group_id: str
+    data_dirs: tuple[Path, ...] = ()
+    metrics: tuple[str, ...] = ()
+    floor_s: float = DEFAULT_FLOOR_S
+    stall_s: float = DEFAULT_STALL_S
+    max_lag: int = DEFAULT_MAX_LAG
+
+
+@dataclass(frozen=True)
+class KafkaSample:
+    """What Kafka says at one moment: enough for lag, owners, and a rate against the next sample."""
+
+    taken_at: float  # monotonic
+    partitions: int
+    ends: dict[int, int]
+    committed: dict[int, int]
+    owners: dict[int, tuple[str, str]]  # partition -> (worker id, client host)
+    group_state: str
+
+
+@dataclass(frozen=True)
+class StoreFigures:
+    """What the stores, status files and endpoints say, by partition."""
+
+    figures: dict[int, PartitionFigures] = field(default_factory=dict)
+    sources: dict[int, str] = field(default_factory=dict)  # where a partition's store figures came from
+    last_commit_at: dict[int, float | None] = field(default_factory=dict)  # per partition, from its endpoint
+    hosts: dict[str, str] = field(default_factory=dict)  # worker id -> host name, from status files
+    unavailable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    partition: int
+    worker_id: str | None
+    host: str | None
+    end_offset: int
+    committed_offset: int | None
+    lag: int | None
+    messages_per_s: float | None
+    window_seconds: float | None
+    store_bytes: int | None
+    last_commit_age_s: float | None
+    refused: str | None
+    store_figures_from: str | None
+    verdict: str
+
+
+@dataclass(frozen=True)
+class FleetStatus:
+    input_topic: str
+    group_id: str
+    group_state: str
+    floor_seconds: float
+    taken_at: float  # Unix time
+    seconds: float  # how long gathering took
+    partitions: tuple[PartitionStatus, ...]
+    unavailable: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(p.verdict in FAILING for p in self.partitions) else 0
+
+
+# -- Kafka ---------------------------------------------------------------------------------------------------
+
+
+def kafka_sample(admin: AdminClient, request: StatusRequest, partitions: int | None = None) -> KafkaSample:
+    """Kafka's side, retried through transient faults (a leader moving) for at most the Kafka timeout."""
+    policy = RetryPolicy(bound_s=request.kafka.timeout_s, max_delay_s=1.0)
+    what = f"reading group {request.group_id} and topic {request.input_topic}"
+    try:
+        return with_retries(lambda: _kafka_sample(admin, request, partitions), what, policy)
+    except KafkaException as error:
+        raise BrokerError(f"{what}: {describe(error)}", "check the group id, the topic and the ACLs") from error
+
+
+def _kafka_sample(admin: AdminClient, request: StatusRequest, partitions: int | None) -> KafkaSample:
+    kafka, topic, group = request.kafka, request.input_topic, request.group_id
+    count = partitions or partition_counts(kafka, [topic], admin)[topic]
+    tps = [TopicPartition(topic, p) for p in range(count)]
+    timeout = kafka.timeout_s
+    ends_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=timeout)
+    committed_f = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=timeout)
+    group_f = admin.describe_consumer_groups([group], request_timeout=timeout)
+    ends = {tp.partition: f.result().offset for tp, f in ends_f.items()}
+    committed = {tp.partition: tp.offset for tp in committed_f[group].result().topic_partitions if tp.offset >= 0}
+    owners, state = _owners(group_f[group].result(), topic)
+    return KafkaSample(time.monotonic(), count, ends, committed, owners, state)
+
+
+def _owners(description, topic: str) -> tuple[dict[int, tuple[str, str]], str]:
+    owners = {}
+    for member in description.members:
+        worker = member.group_instance_id or member.client_id
+        host = (member.host or "").lstrip("/")
+        for tp in member.assignment.topic_partitions if member.assignment else []:
+            if tp.topic == topic:
+                owners[tp.partition] = (worker, host)
+    state = getattr(description.state, "name", str(description.state)).lower()
+    return owners, state
+
+
+# -- stores, status files and metrics endpoints --------------------------------------------------------------
+
+
+def _from_data_dir(data_dir: Path, topic: str) -> tuple[dict[int, PartitionFigures], dict[str, str], str | None]:
+    hosts = {status.worker_id: status.host for status in read_statuses(data_dir)}
+    try:
+        infos = read_windows(select_stores(data_dir, topic))
+    except DedupeError as error:
+        return {}, hosts, f"stores in {data_dir}: {error}"
+    figures = {
+        info.partition: PartitionFigures(
+            info.window_seconds,
+            info.disk_bytes,
+            None if info.refused_gap is None else describe_gap(info.refused_gap, topic, info.partition),
+        )
+        for info in infos
+    }
+    return figures, hosts, None
+
+
+def gather_stores(request: StatusRequest) -> StoreFigures:
+    """Every endpoint and data directory, read at once; an endpoint's figures win over a data directory's
+    (they are the running worker's own)."""
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="status") as pool:
+        scrapes = list(pool.map(scrape, request.metrics))
+        dirs = list(pool.map(lambda d: _from_data_dir(d, request.input_topic), request.data_dirs))
+    figures, sources, hosts, notes = {}, {}, {}, []
+    for data_dir, (found, dir_hosts, note) in zip(request.data_dirs, dirs, strict=True):
+        hosts |= dir_hosts
+        notes += [note] if note else []
+        for partition, figure in found.items():
+            figures[partition], sources[partition] = figure, f"data dir {data_dir}"
+    last_commit = {}
+    for result in scrapes:
+        if result.error is not None:
+            notes.append(f"metrics {result.url}: {result.error}")
+            continue
+        for partition, figure in result.partitions.items():
+            figures[partition], sources[partition] = figure, result.url
+            last_commit[partition] = result.last_commit_at
+    return StoreFigures(figures, sources, last_commit, hosts, tuple(notes))
+
+
+# -- putting it together -------------------------------------------------------------------------------------
+
+
+def _verdict(request: StatusRequest, row: dict) -> str:
+    window, lag, age = row["window_seconds"], row["lag"], row["last_commit_age_s"]
+    if row["refused"]:
+        return REFUSED
+    if window is not None and window < request.floor_s:
+        return BELOW_FLOOR
+    if row["worker_id"] is None:
+        return NO_OWNER
+    if lag and age is not None and age > request.stall_s:
+        return STALLED
+    if lag is not None and lag > request.max_lag:
+        return LAGGING
+    return OK
+
+
+def _rate(now: KafkaSample, before: KafkaSample | None, partition: int) -> float | None:
+    if before is None or partition not in now.committed or partition not in before.committed:
+        return None
+    elapsed = now.taken_at - before.taken_at
+    return (now.committed[partition] - before.committed[partition]) / elapsed if elapsed > 0 else None
+
+
+def _partition(request: StatusRequest, now: KafkaSample, before: KafkaSample | None, stores: StoreFigures, p: int):
+    end, committed = now.ends.get(p, -1), now.committed.get(p)
+    worker, client_host = now.owners.get(p, (None, None))
+    figure = stores.figures.get(p, PartitionFigures())
+    last_commit = stores.last_commit_at.get(p)
+    row = {
+        "partition": p,
+        "worker_id": worker,
+        "host": stores.hosts.get(worker, client_host) if worker else None,
+        "end_offset": end,
+        "committed_offset": committed,
+        "lag": None if end < 0 else max(end - (committed or 0), 0),
+        "messages_per_s": _rate(now, before, p),
+        "window_seconds": figure.window_seconds,
+        "store_bytes": figure.store_bytes,
+        "last_commit_age_s": None if last_commit is None else max(time.time() - last_commit, 0.0),
+        "refused": figure.refused,
+        "store_figures_from": stores.sources.get(p),
+    }
+    return PartitionStatus(**row, verdict=_verdict(request, row))
+
+
+def _unavailable(request: StatusRequest, now: KafkaSample, before: KafkaSample | None, stores: StoreFigures):
+    notes = list(stores.unavailable)
+    missing = [p for p in range(now.partitions) if p not in stores.figures]
+    if missing:
+        given = request.metrics or request.data_dirs
+        where = "no endpoint or data directory given holds them" if given else "give --metrics or --data-dir"
+        notes.append(f"window and store size of partition(s) {_ranges(missing)}: {where}")
+    unscraped = [p for p in range(now.partitions) if p not in stores.last_commit_at]
+    if unscraped:
+        notes.append(f"last commit age of partition(s) {_ranges(unscraped)}: only the worker's --metrics has it")
+    idle = [p for p, at in stores.last_commit_at.items() if at is None]
+    if idle:
+        notes.append(f"last commit age of partition(s) {_ranges(sorted(idle))}: their worker has not committed yet")
+    if before is None:
+        notes.append("messages/s: needs a second read of the committed offsets")
+    return tuple(notes)
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    spans, start = [], None
+    for at, number in enumerate(numbers):
+        if start is None:
+            start = number
+        if at + 1 == len(numbers) or numbers[at + 1] != number + 1:
+            spans.append(str(start) if start == number else f"{start}-{number}")
+            start = None
+    return ",".join(spans)
+
+
+class FleetProbe:
+    """One admin client for every read: ``--watch`` calls ``status`` again and again."""
+
+    def __init__(self, request: StatusRequest) -> None:
+        self.request = request
+        self._admin = admin_client(request.kafka)
+        self._previous: KafkaSample | None = None
+
+    def sample(self) -> KafkaSample:
+        self._previous = kafka_sample(self._admin, self.request)
+        return self._previous
+
+    def status(self) -> FleetStatus:
+        """The fleet now; messages/s over the time since the previous sample (or status)."""
+        began = time.monotonic()
+        request, before = self.request, self._previous
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="status-stores") as pool:
+            stores_f = pool.submit(gather_stores, request)
+            now = kafka_sample(self._admin, request, before.partitions if before else None)
+            stores = stores_f.result()
+        self._previous = now
+        rows = tuple(_partition(request, now, before, stores, p) for p in range(now.partitions))
+        return FleetStatus(
+            input_topic=request.input_topic,
+            group_id=request.group_id,
+            group_state=now.group_state,
+            floor_seconds=request.floor_s,
+            taken_at=time.time(),
+            seconds=time.monotonic() - began,
+            partitions=rows,
+            unavailable=_unavailable(request, now, before, stores),
+        )
+
+
+def fleet_status(request: StatusRequest, rate_over_s: float = 2.0) -> FleetStatus:
+    """One look at the fleet: two reads of the committed offsets ``rate_over_s`` apart give messages/s."""
+    began = time.monotonic()
+    probe = FleetProbe(request)
+    first = probe.sample()
+    if rate_over_s > 0:
+        time.sleep(max(rate_over_s - (time.monotonic() - first.taken_at), 0.0))
+    return dataclasses.replace(probe.status(), seconds=time.monotonic() - began)
