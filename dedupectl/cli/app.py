@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.commands.reattach",
     "dedupectl.cli.commands.reconcile",
     "dedupectl.cli.commands.status",
+    "dedupectl.cli.commands.trace",
     "dedupectl.cli.commands.store",
     "dedupectl.cli.commands.spark",
     "dedupectl.cli.commands.dev",
