@@ -15,12 +15,20 @@ PROMETHEUS_OWN = {"up"}
 SAMPLE_SUFFIXES = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created")}
 
 
-def promtool() -> str:
-    cached = Path(os.environ.get("DEDUPECTL_CACHE_DIR", Path.home() / ".cache" / "dedupectl")) / "promtool" / "promtool"
-    found = shutil.which("promtool") or (str(cached) if cached.exists() else None)
+def _tool(name: str) -> str:
+    cached = Path(os.environ.get("DEDUPECTL_CACHE_DIR", Path.home() / ".cache" / "dedupectl")) / "promtool" / name
+    found = shutil.which(name) or (str(cached) if cached.exists() else None)
     if found is None:
-        pytest.skip("promtool is not installed (scripts/fetch-promtool.sh gets it from Debian's prometheus package)")
+        pytest.skip(f"{name} is not installed (scripts/fetch-promtool.sh gets it from Debian's prometheus package)")
     return found
+
+
+def promtool() -> str:
+    return _tool("promtool")
+
+
+def prometheus() -> str:
+    return _tool("prometheus")
 
 
 def exported_names() -> set[str]:

@@ -6,12 +6,24 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import socket
 import subprocess
 import sys
+import threading
+import urllib.parse
+import urllib.request
+import uuid
 from pathlib import Path
 
+import pytest
 import yaml
-from promql import PROMETHEUS_OWN, ROOT, exported_names, promtool
+from confluent_kafka import Producer
+from promql import PROMETHEUS_OWN, ROOT, exported_names, prometheus, promtool
+from waiting import wait_for
+
+from dedupectl.config import KafkaConfig, resolve_worker_config
+from dedupectl.kafka_clients import create_topics
+from dedupectl.worker import Worker
 
 GENERATOR = ROOT / "deploy" / "grafana" / "dashboard.py"
 DASHBOARD = ROOT / "deploy" / "grafana" / "dedupectl.json"
@@ -105,3 +117,90 @@ def test_it_shows_what_on_call_looks_at() -> None:
         for dy in range(panel["gridPos"]["h"])
     ]
     assert len(cells) == len(set(cells))
+
+
+# -- against a real Prometheus scraping a real worker --------------------------------------------------------
+
+
+def _query(base: str, expr: str) -> list[dict]:
+    with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=10) as r:
+        answer = json.load(r)
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+@pytest.fixture
+def scraped_worker(kafka_broker, tmp_path: Path):
+    """A worker that has processed records (a dead letter among them), its /metrics scraped every second by a
+    real Prometheus; yields Prometheus's base URL."""
+    kafka, name = KafkaConfig(kafka_broker.bootstrap_servers), f"dash-{uuid.uuid4().hex[:8]}"
+    create_topics(kafka, [name, f"{name}-out", f"{name}.dead-letter"], 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    for n in range(200):
+        producer.produce(name, key=f"id-{n % 150}", value=json.dumps({"messageId": f"id-{n % 150}"}).encode())
+    producer.produce(name, key="bad", value=b"{not json")
+    assert producer.flush(30) == 0
+    flags = {"bootstrap_servers": kafka.bootstrap_servers, "input_topic": name, "output_topic": f"{name}-out"}
+    config = resolve_worker_config(env={}, flags={**flags, "data_dir": tmp_path / "data", "worker_id": "w1"})
+    worker, stop = Worker(config), threading.Event()
+    port = worker.metrics.serve(0, "127.0.0.1")
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    prom_port = _free_port()
+    (tmp_path / "prometheus.yml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [{"job_name": "dedupectl", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}],
+            }
+        )
+    )
+    server = subprocess.Popen(
+        [
+            prometheus(),
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{prom_port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{prom_port}"
+    try:
+        # three scrapes after the first batch: enough samples for every rate() over 30s
+        wait_for(lambda: _ready(base) and len(_query(base, "dedupectl_transactions_total[30s]")) > 0, 60, "scrapes")
+        wait_for(lambda: len(_query(base, "dedupectl_transactions_total[30s]")[0]["values"]) >= 3, 30, "3 scrapes")
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        stop.set()
+        thread.join(timeout=60)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ready(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def test_every_query_returns_series_from_a_real_worker(scraped_worker: str) -> None:
+    live = {**VARIABLES, "$__rate_interval": "30s"}
+    empty = []
+    for title, expr in _queries():
+        for name, value in live.items():
+            expr = expr.replace(name, value)
+        if not _query(scraped_worker, expr):
+            empty.append(f"{title}: {expr}")
+    assert not empty, "queries with no series against a running worker:\n" + "\n".join(empty)
+    # the variables' label_values() read dedupectl_build_info's job and instance
+    (series,) = _query(scraped_worker, "dedupectl_build_info")
+    assert series["metric"]["job"] == "dedupectl" and series["metric"]["instance"].startswith("127.0.0.1:")
