@@ -38,7 +38,6 @@ from store.worker_status import live_worker_for
 
 PUBLISHED, DUPLICATE, DEAD_LETTERED, NOT_CONSUMED = "published", "duplicate", "dead-lettered", "not consumed"
 DEFAULT_RANGE_S = 24 * 3600
-STALE = " (no worker running from this data directory holds the partition now: this copy may be behind)"
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,7 @@ class StoreAnswer:
     timestamp_ms: int | None = None
     age_seconds: float | None = None
     window_seconds: float | None = None
+    live: bool = False  # a worker running from that data directory holds the partition (else it may be behind)
 
 
 @dataclass(frozen=True)
@@ -253,12 +253,11 @@ def _store(request: TraceRequest, partition: int) -> tuple[StoreAnswer, float | 
         (hit,) = lookup_ids(refs, [request.message_id])
     except DedupeError as error:
         return StoreAnswer(False, f"not checked: {error}"), None
-    stale = "" if live_worker_for(request.data_dir, request.input_topic, partition) else STALE
+    live = live_worker_for(request.data_dir, request.input_topic, partition) is not None
     if not hit.in_window:
-        note = "not held" + stale
-        return StoreAnswer(True, note, window_seconds=window), window
-    note = "held: a repeat now is dropped" + stale
-    answer = StoreAnswer(True, note, True, hit.seq, hit.timestamp_ms, hit.age_seconds, window)
+        return StoreAnswer(True, "not held", window_seconds=window, live=live), window
+    note = "held: a repeat now is dropped"
+    answer = StoreAnswer(True, note, True, hit.seq, hit.timestamp_ms, hit.age_seconds, window, live)
     return answer, window
 
 

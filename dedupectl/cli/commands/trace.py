@@ -126,6 +126,12 @@ def _what(o: Occurrence) -> str:
     return "not consumed yet (at or past the committed offset)"
 
 
+STALE = "; no worker running from that data directory holds the partition now: this copy may be behind"
+_OTHER_PARTITIONER = (
+    ": if the producers chose another partition, give --partitioner (crc32 for librdkafka's default) or -p"
+)
+
+
 def _render(report: TraceReport) -> None:
     committed = "none" if report.committed_offset is None else report.committed_offset
     title = (
@@ -136,7 +142,8 @@ def _render(report: TraceReport) -> None:
     if rows:
         print_table(escape(title), ["input offset", "timestamp", "what the worker did"], rows)
     else:
-        console.print(f"{escape(title)}\nno occurrence in the range read", highlight=False)
+        hint = "" if report.partition_from.startswith("given") else _OTHER_PARTITIONER
+        console.print(f"{escape(title)}\nno occurrence in the range read{hint}", highlight=False)
     for publication in report.other_publications:
         console.print(
             f"also in the output at offset {publication.offset} ({_when(publication.timestamp_ms)}): published from "
@@ -153,10 +160,11 @@ def _render(report: TraceReport) -> None:
 def _store_line(report: TraceReport) -> str:
     store = report.store
     window = "" if store.window_seconds is None else f"; window {format_duration(store.window_seconds)}"
+    stale = "" if store.live or not store.checked else STALE
     if not store.held:
-        return f"{store.note}{window}"
+        return f"{store.note}{window}{stale}"
     age = format_duration(store.age_seconds)
-    return f"{store.note} (sequence {store.seq}, recorded {age} ago{window})"
+    return f"{store.note} (sequence {store.seq}, recorded {age} ago{window}){stale}"
 
 
 def register(app: typer.Typer) -> None:
