@@ -216,7 +216,10 @@ def _rate(now: KafkaSample, before: KafkaSample | None, partition: int) -> float
     return (now.committed[partition] - before.committed[partition]) / elapsed if elapsed > 0 else None
 
 
-def _partition(request: StatusRequest, now: KafkaSample, before: KafkaSample | None, stores: StoreFigures, p: int):
+def partition_status(
+    request: StatusRequest, now: KafkaSample, before: KafkaSample | None, stores: StoreFigures, p: int
+) -> PartitionStatus:
+    """One partition's row: ``before`` is the previous Kafka sample (for the rate), if any."""
     end, committed = now.ends.get(p, -1), now.committed.get(p)
     worker, client_host = now.owners.get(p, (None, None))
     figure = stores.figures.get(p, PartitionFigures())
@@ -288,7 +291,7 @@ class FleetProbe:
             now = kafka_sample(self._admin, request, before.partitions if before else None)
             stores = stores_f.result()
         self._previous = now
-        rows = tuple(_partition(request, now, before, stores, p) for p in range(now.partitions))
+        rows = tuple(partition_status(request, now, before, stores, p) for p in range(now.partitions))
         return FleetStatus(
             input_topic=request.input_topic,
             group_id=request.group_id,

@@ -20,10 +20,22 @@ from prometheus_client import generate_latest
 from waiting import wait_for
 
 from dedupectl.config import KafkaConfig
-from dedupectl.fleet import BELOW_FLOOR, LAGGING, NO_OWNER, OK, StatusRequest, fleet_status
+from dedupectl.fleet import (
+    BELOW_FLOOR,
+    LAGGING,
+    NO_OWNER,
+    OK,
+    REFUSED,
+    STALLED,
+    KafkaSample,
+    StatusRequest,
+    StoreFigures,
+    fleet_status,
+    partition_status,
+)
 from dedupectl.kafka_clients import create_topics
 from dedupectl.metrics import WorkerMetrics
-from dedupectl.scrape import parse_metrics, scrape
+from dedupectl.scrape import PartitionFigures, parse_metrics, scrape
 from store.worker_status import read_statuses
 
 LOCAL = "127.0.0.1"
@@ -48,10 +60,29 @@ def test_the_parser_reads_a_real_workers_exposition() -> None:
     assert found.last_commit_at == 1_700_000_000 and found.version
 
 
+@pytest.mark.parametrize(
+    ("figures", "lag", "owner", "commit_age_s", "verdict"),
+    [
+        (PartitionFigures(10.0, 1, "retention"), 0, "w1", 1, REFUSED),  # worst first: refused over below the floor
+        (PartitionFigures(10.0, 1), 0, None, None, BELOW_FLOOR),
+        (PartitionFigures(None, 1), 5, None, None, NO_OWNER),  # an empty store is not below the floor
+        (PartitionFigures(99.0, 1), 5, "w1", 600, STALLED),
+        (PartitionFigures(99.0, 1), 0, "w1", 600, OK),  # no input waiting: an idle worker does not commit
+        (PartitionFigures(99.0, 1), 50, "w1", 1, LAGGING),
+    ],
+)
+def test_verdicts(figures, lag: int, owner, commit_age_s, verdict: str) -> None:
+    request = StatusRequest(KafkaConfig("unused:9092"), "t", "g", floor_s=60, stall_s=300, max_lag=10)
+    owners = {} if owner is None else {0: (owner, "10.0.0.1")}
+    sample = KafkaSample(time.monotonic(), 1, {0: 100}, {0: 100 - lag}, owners, "stable")
+    last = {} if commit_age_s is None else {0: time.time() - commit_age_s}
+    stores = StoreFigures({0: figures}, {0: "test"}, last)
+    assert partition_status(request, sample, None, stores, 0).verdict == verdict
+
+
 def test_an_endpoint_that_is_not_a_worker_is_named_not_trusted() -> None:
     assert "Connection refused" in (scrape(f"127.0.0.1:{free_port()}").error or "")
-    assert parse_metrics  # the parser refuses text without dedupectl_build_info:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError):  # text without dedupectl_build_info is some other server's
         parse_metrics("u", "# TYPE other gauge\nother 1\n")
 
 
@@ -153,9 +184,7 @@ def test_a_stopped_worker_shows_as_lagging_with_its_figures_from_its_data_dir(fl
     w2_partitions = set(read_statuses(data_dir)[0].partitions)
     process.send_signal(signal.SIGSTOP)  # alive to the group for the session timeout, but doing nothing
     pipeline.produce((f"late-{n}".encode(), b'{"messageId": "late"}') for n in range(400))
-    report = fleet_status(
-        StatusRequest(**{**request.__dict__, "data_dirs": (data_dir,), "max_lag": 10}), rate_over_s=0
-    )
+    report = fleet_status(StatusRequest(**{**request.__dict__, "data_dirs": (data_dir,), "max_lag": 10}), rate_over_s=0)
     assert any(endpoint in note and "timed out" in note for note in report.unavailable), report.unavailable
     for p in report.partitions:
         if p.partition in w2_partitions:

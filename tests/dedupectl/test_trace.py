@@ -22,6 +22,7 @@ from reconcile.scan import OutputReader
 
 PARTITIONS = 3
 MAX_KEYS = 100
+KEYLESS_PARTITION = 1
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,8 @@ def stream(kafka_broker, tmp_path_factory):
     send("retried")
     send("retried")  # the client's retry
     send("dead", b"{not json")
+    # no key: the id is the JSON field, and the producer chose the partition
+    producer.produce(name, value=json.dumps({"messageId": "keyless"}).encode(), partition=KEYLESS_PARTITION)
     assert producer.flush(30) == 0
     config = pipeline.config(max_keys=MAX_KEYS)
     pipeline.run_worker(config)
@@ -103,6 +106,13 @@ def test_an_aged_out_id_was_published_and_the_store_no_longer_holds_it(stream) -
     assert only.outcome == PUBLISHED and _output_key(stream[0], report.partition, only.output_offset) == b"aged"
     assert report.store.checked and not report.store.held and "aged out" in report.store.note
     assert report.store.window_seconds is not None
+
+
+def test_a_record_without_a_key_is_found_by_its_json_field(stream) -> None:
+    report = _trace(stream, "keyless", partition=KEYLESS_PARTITION)
+    (only,) = report.occurrences
+    assert report.partition_from.startswith("given") and only.outcome == PUBLISHED
+    assert _output_key(stream[0], KEYLESS_PARTITION, only.output_offset) == b"keyless" and report.store.held
 
 
 def test_an_id_not_consumed_yet_says_so(stream) -> None:
