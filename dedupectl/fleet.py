@@ -30,7 +30,7 @@ from reconcile.gaps import describe as describe_gap
 from reconcile.kafka import KafkaConfig, admin_client, partition_counts
 from store.selection import select_stores
 from store.window import read_windows
-from store.worker_status import read_statuses
+from store.worker_status import is_live, read_statuses
 
 DEFAULT_FLOOR_S = 24 * 3600.0
 DEFAULT_STALL_S = 300.0
@@ -151,12 +151,22 @@ def _owners(description, topic: str) -> tuple[dict[int, tuple[str, str]], str]:
 # -- stores, status files and metrics endpoints --------------------------------------------------------------
 
 
-def _from_data_dir(data_dir: Path, topic: str) -> tuple[dict[int, PartitionFigures], dict[str, str], str | None]:
-    hosts = {status.worker_id: status.host for status in read_statuses(data_dir)}
+@dataclass(frozen=True)
+class _DirFigures:
+    figures: dict[int, PartitionFigures]
+    served: frozenset[int]  # partitions a worker running from this directory holds: its stores are the live ones
+    hosts: dict[str, str]
+    note: str | None = None
+
+
+def _from_data_dir(data_dir: Path, topic: str) -> _DirFigures:
+    statuses = read_statuses(data_dir)
+    hosts = {status.worker_id: status.host for status in statuses}
+    served = frozenset(p for s in statuses if s.input_topic == topic and is_live(s) for p in s.partitions)
     try:
         infos = read_windows(select_stores(data_dir, topic))
     except DedupeError as error:
-        return {}, hosts, f"stores in {data_dir}: {error}"
+        return _DirFigures({}, served, hosts, f"stores in {data_dir}: {error}")
     figures = {
         info.partition: PartitionFigures(
             info.window_seconds,
@@ -165,21 +175,25 @@ def _from_data_dir(data_dir: Path, topic: str) -> tuple[dict[int, PartitionFigur
         )
         for info in infos
     }
-    return figures, hosts, None
+    return _DirFigures(figures, served, hosts)
 
 
 def gather_stores(request: StatusRequest) -> StoreFigures:
-    """Every endpoint and data directory, read at once; an endpoint's figures win over a data directory's
-    (they are the running worker's own)."""
+    """Every endpoint and data directory, read at once. A running worker's own figures win: an endpoint's over
+    a data directory's, and a store its directory's live worker holds over a copy nobody runs from."""
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="status") as pool:
         scrapes = list(pool.map(scrape, request.metrics))
         dirs = list(pool.map(lambda d: _from_data_dir(d, request.input_topic), request.data_dirs))
     figures, sources, hosts, notes = {}, {}, {}, []
-    for data_dir, (found, dir_hosts, note) in zip(request.data_dirs, dirs, strict=True):
-        hosts |= dir_hosts
-        notes += [note] if note else []
-        for partition, figure in found.items():
-            figures[partition], sources[partition] = figure, f"data dir {data_dir}"
+    for live in (False, True):
+        for data_dir, found in zip(request.data_dirs, dirs, strict=True):
+            for partition, figure in found.figures.items():
+                if (partition in found.served) == live:
+                    figures[partition] = figure
+                    sources[partition] = f"data dir {data_dir}" + ("" if live else " (no worker running from it)")
+    for found in dirs:
+        hosts |= found.hosts
+        notes += [found.note] if found.note else []
     last_commit = {}
     for result in scrapes:
         if result.error is not None:
