@@ -19,15 +19,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
 
 from dedupectl.errors import DedupeError
 from dedupectl.scrape import PartitionFigures, scrape
 from reconcile.broker_retry import RetryPolicy, describe, with_retries
 from reconcile.errors import BrokerError
 from reconcile.gaps import describe as describe_gap
-from reconcile.kafka import KafkaConfig, admin_client, partition_counts
+from reconcile.kafka import KafkaConfig, admin_client, make_consumer, partition_counts
 from store.selection import select_stores
 from store.window import read_windows
 from store.worker_status import is_live, read_statuses
@@ -112,26 +112,51 @@ class FleetStatus:
 # -- Kafka ---------------------------------------------------------------------------------------------------
 
 
-def kafka_sample(admin: AdminClient, request: StatusRequest, partitions: int | None = None) -> KafkaSample:
+class _Clients:
+    """The admin client, and a consumer of the workers' group that never subscribes (so never joins it): the
+    committed offsets are read through it, because librdkafka's admin ListConsumerGroupOffsets can crash the
+    process when the broker answers it with a group coordinator error."""
+
+    def __init__(self, request: StatusRequest) -> None:
+        self.admin = admin_client(request.kafka)
+        self.offsets = offsets_reader(request.kafka, request.group_id)
+
+    def close(self) -> None:
+        self.offsets.close()
+
+
+def offsets_reader(kafka: KafkaConfig, group_id: str) -> Consumer:
+    """A consumer that reads ``group_id``'s committed offsets without joining the group. read_uncommitted: the
+    broker then answers with the last committed offsets at once, instead of waiting out an open transaction's
+    pending ones (a stalled worker's would hold the answer back until its transaction times out)."""
+    settings = {"group.id": group_id, "enable.auto.commit": False, "isolation.level": "read_uncommitted"}
+    return make_consumer(kafka, **settings)
+
+
+def committed_offsets(reader: Consumer, tps: list[TopicPartition], timeout_s: float) -> dict[int, int]:
+    """Committed offset by partition; a partition the group never committed is left out."""
+    return {tp.partition: tp.offset for tp in reader.committed(tps, timeout=timeout_s) if tp.offset >= 0}
+
+
+def kafka_sample(clients: _Clients, request: StatusRequest, partitions: int | None = None) -> KafkaSample:
     """Kafka's side, retried through transient faults (a leader moving) for at most the Kafka timeout."""
     policy = RetryPolicy(bound_s=request.kafka.timeout_s, max_delay_s=1.0)
     what = f"reading group {request.group_id} and topic {request.input_topic}"
     try:
-        return with_retries(lambda: _kafka_sample(admin, request, partitions), what, policy)
+        return with_retries(lambda: _kafka_sample(clients, request, partitions), what, policy)
     except KafkaException as error:
         raise BrokerError(f"{what}: {describe(error)}", "check the group id, the topic and the ACLs") from error
 
 
-def _kafka_sample(admin: AdminClient, request: StatusRequest, partitions: int | None) -> KafkaSample:
-    kafka, topic, group = request.kafka, request.input_topic, request.group_id
+def _kafka_sample(clients: _Clients, request: StatusRequest, partitions: int | None) -> KafkaSample:
+    kafka, topic, group, admin = request.kafka, request.input_topic, request.group_id, clients.admin
     count = partitions or partition_counts(kafka, [topic], admin)[topic]
     tps = [TopicPartition(topic, p) for p in range(count)]
     timeout = kafka.timeout_s
     ends_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=timeout)
-    committed_f = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)], request_timeout=timeout)
     group_f = admin.describe_consumer_groups([group], request_timeout=timeout)
+    committed = committed_offsets(clients.offsets, tps, timeout)
     ends = {tp.partition: f.result().offset for tp, f in ends_f.items()}
-    committed = {tp.partition: tp.offset for tp in committed_f[group].result().topic_partitions if tp.offset >= 0}
     owners, state = _owners(group_f[group].result(), topic)
     return KafkaSample(time.monotonic(), count, ends, committed, owners, state)
 
@@ -285,16 +310,25 @@ def _ranges(numbers: Sequence[int]) -> str:
 
 
 class FleetProbe:
-    """One admin client for every read: ``--watch`` calls ``status`` again and again."""
+    """The same Kafka clients for every read (``--watch`` calls ``status`` again and again); close it after."""
 
     def __init__(self, request: StatusRequest) -> None:
         self.request = request
-        self._admin = admin_client(request.kafka)
+        self._clients = _Clients(request)
         self._previous: KafkaSample | None = None
 
     def sample(self) -> KafkaSample:
-        self._previous = kafka_sample(self._admin, self.request)
+        self._previous = kafka_sample(self._clients, self.request)
         return self._previous
+
+    def close(self) -> None:
+        self._clients.close()
+
+    def __enter__(self) -> FleetProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def status(self) -> FleetStatus:
         """The fleet now; messages/s over the time since the previous sample (or status)."""
@@ -302,7 +336,7 @@ class FleetProbe:
         request, before = self.request, self._previous
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="status-stores") as pool:
             stores_f = pool.submit(gather_stores, request)
-            now = kafka_sample(self._admin, request, before.partitions if before else None)
+            now = kafka_sample(self._clients, request, before.partitions if before else None)
             stores = stores_f.result()
         self._previous = now
         rows = tuple(partition_status(request, now, before, stores, p) for p in range(now.partitions))
@@ -321,8 +355,8 @@ class FleetProbe:
 def fleet_status(request: StatusRequest, rate_over_s: float = 2.0) -> FleetStatus:
     """One look at the fleet: two reads of the committed offsets ``rate_over_s`` apart give messages/s."""
     began = time.monotonic()
-    probe = FleetProbe(request)
-    first = probe.sample()
-    if rate_over_s > 0:
-        time.sleep(max(rate_over_s - (time.monotonic() - first.taken_at), 0.0))
-    return dataclasses.replace(probe.status(), seconds=time.monotonic() - began)
+    with FleetProbe(request) as probe:
+        first = probe.sample()
+        if rate_over_s > 0:
+            time.sleep(max(rate_over_s - (time.monotonic() - first.taken_at), 0.0))
+        return dataclasses.replace(probe.status(), seconds=time.monotonic() - began)

@@ -20,12 +20,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
+from dedupectl.fleet import committed_offsets, offsets_reader
 from dedupectl.messages import DeadLetter, extract_id
 from dedupectl.partitioner import PARTITIONERS
+from reconcile.broker_retry import describe
 from reconcile.errors import BrokerError
-from reconcile.kafka import KafkaConfig, admin_client, partition_counts
+from reconcile.kafka import KafkaConfig, partition_counts
 from reconcile.ranges import Bound, check_order, resolve_range
 from reconcile.scan import OutputReader
 from store import clock
@@ -189,16 +191,14 @@ def _dead_letters(found: _Found, topic: str, partition: int) -> dict[int, tuple[
 
 
 def _committed(request: TraceRequest, partition: int) -> int | None:
-    admin = admin_client(request.kafka)
-    tp = TopicPartition(request.input_topic, partition)
-    futures = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(request.group_id, [tp])], request_timeout=request.kafka.timeout_s
-    )
+    reader = offsets_reader(request.kafka, request.group_id)
     try:
-        offsets = futures[request.group_id].result().topic_partitions
+        tps = [TopicPartition(request.input_topic, partition)]
+        return committed_offsets(reader, tps, request.kafka.timeout_s).get(partition)
     except KafkaException as error:
-        raise BrokerError(f"reading group {request.group_id}'s offsets: {error.args[0].str()}") from error
-    return next((found.offset for found in offsets if found.offset >= 0), None)
+        raise BrokerError(f"reading group {request.group_id}'s offsets: {describe(error)}") from error
+    finally:
+        reader.close()
 
 
 # -- what happened to each occurrence ----------------------------------------------------------------------

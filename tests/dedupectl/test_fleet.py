@@ -107,13 +107,22 @@ def fleet(kafka_broker, tmp_path_factory):
         floor_s=1.0,
     )
 
-    def held_by_both() -> bool:
-        return {p.worker_id for p in fleet_status(request, rate_over_s=0).partitions} == {"w1", "w2"}
+    def settled_owners() -> dict[int, str] | None:
+        """Owners once the group is stable and each worker's status file agrees with it (assignment done)."""
+        report = fleet_status(request, rate_over_s=0)
+        owners = {p.partition: p.worker_id for p in report.partitions}
+        files = {p: name for name, (_, _, d) in workers.items() for s in read_statuses(d) for p in s.partitions}
+        settled = report.group_state == "stable" and set(owners.values()) == {"w1", "w2"} and files == owners
+        return owners if settled else None
 
     def drained() -> bool:
-        return all(p.lag == 0 and p.window_seconds for p in fleet_status(request, rate_over_s=0).partitions)
+        report = fleet_status(request, rate_over_s=0)
+        # the store size gauge is refreshed every few seconds, so it may appear after the window's
+        figures = all(p.lag == 0 and p.window_seconds and p.store_bytes for p in report.partitions)
+        return figures and settled_owners() == owners
 
-    wait_for(held_by_both, 60, "both workers holding partitions")
+    wait_for(settled_owners, 60, "both workers holding partitions")
+    owners = settled_owners()
     # produced once both hold their partitions: a store only learns what its worker published or recovered
     pipeline.produce((f"id-{n}".encode(), json.dumps({"messageId": f"id-{n}"}).encode()) for n in range(2000))
     wait_for(drained, 60, "the input drained into every store")
@@ -143,6 +152,7 @@ def test_status_shows_the_running_fleet(fleet) -> None:
     held = {name: set(read_statuses(data_dir)[0].partitions) for name, (_, _, data_dir) in workers.items()}
     for p in report["partitions"]:
         assert p["partition"] in held[p["worker_id"]], "the owner is the worker whose status file holds it"
+        assert p["window_seconds"] is not None, report
         assert p["host"] == "127.0.0.1"  # no data dir given: the address the group saw the worker connect from
         assert p["lag"] == 0 and p["committed_offset"] == p["end_offset"]
         assert p["window_seconds"] > 0 and p["store_bytes"] > 0

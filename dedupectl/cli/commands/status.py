@@ -112,15 +112,15 @@ def status(
 
 
 def _watch(request: StatusRequest, interval_s: float) -> None:
-    probe = FleetProbe(request)
-    probe.sample()
-    try:
-        with Live(console=console, auto_refresh=False, screen=False) as live:
-            while True:
-                time.sleep(interval_s)
-                live.update(render(probe.status()), refresh=True)
-    except KeyboardInterrupt:
-        return
+    with FleetProbe(request) as probe:
+        probe.sample()
+        try:
+            with Live(console=console, auto_refresh=False, screen=False) as live:
+                while True:
+                    time.sleep(interval_s)
+                    live.update(render(probe.status()), refresh=True)
+        except KeyboardInterrupt:
+            return
 
 
 def _as_dict(report: FleetStatus) -> dict:
