@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# promtool (from Debian's `prometheus` package) for the alert rules' tests, unpacked into the cache without
-# installing the package or starting a service. Idempotent; on a machine without apt it says so and exits 0
-# (the rules' tests then skip with that reason).
+# promtool and prometheus (from Debian's `prometheus` package) for the alert rules' and the dashboard's tests,
+# unpacked into the cache without installing the package or starting a service. Idempotent; on a machine
+# without apt it says so and exits 0 (those tests then skip with that reason).
 set -euo pipefail
 cache="${DEDUPECTL_CACHE_DIR:-$HOME/.cache/dedupectl}/promtool"
-if command -v promtool >/dev/null || [ -x "$cache/promtool" ]; then
+if { command -v promtool >/dev/null || [ -x "$cache/promtool" ]; } \
+  && { command -v prometheus >/dev/null || [ -x "$cache/prometheus" ]; }; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null || ! command -v dpkg >/dev/null; then
@@ -19,5 +20,7 @@ trap 'rm -rf "$work"' EXIT
 }
 dpkg -x "$work"/prometheus_*.deb "$work/unpacked"
 mkdir -p "$cache"
-cp "$work/unpacked/usr/bin/promtool" "$cache/promtool.partial"
-mv "$cache/promtool.partial" "$cache/promtool"
+for tool in promtool prometheus; do
+  cp "$work/unpacked/usr/bin/$tool" "$cache/$tool.partial"
+  mv "$cache/$tool.partial" "$cache/$tool"
+done

@@ -26,6 +26,8 @@ COMMAND_MODULES = (
     "dedupectl.cli.commands.snapshot",
     "dedupectl.cli.commands.reattach",
     "dedupectl.cli.commands.reconcile",
+    "dedupectl.cli.commands.status",
+    "dedupectl.cli.commands.trace",
     "dedupectl.cli.commands.store",
     "dedupectl.cli.commands.spark",
     "dedupectl.cli.commands.dev",

@@ -3,52 +3,28 @@ page and not on a healthy worker), naming only metrics the worker exports and ru
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
-import pytest
 import yaml
+from promql import PROMETHEUS_OWN, ROOT, exported_names, promtool
 
-from dedupectl.metrics import WorkerMetrics
-
-ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 RULES_TEST = ROOT / "deploy" / "prometheus" / "alerts_test.yml"
-PROMETHEUS_OWN = {"up"}
-
-
-def _promtool() -> str:
-    cached = Path(os.environ.get("DEDUPECTL_CACHE_DIR", Path.home() / ".cache" / "dedupectl")) / "promtool" / "promtool"
-    found = shutil.which("promtool") or (str(cached) if cached.exists() else None)
-    if found is None:
-        pytest.skip("promtool is not installed (scripts/fetch-promtool.sh gets it from Debian's prometheus package)")
-    return found
 
 
 def _rules() -> list[dict]:
     return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
 
 
-def _exported_names() -> set[str]:
-    names = set()
-    for family in WorkerMetrics().registry.collect():
-        names.add(family.name)
-        if family.type == "counter":
-            names.add(family.name + "_total")
-    return names
-
-
 def test_promtool_accepts_the_rules() -> None:
-    result = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
+    result = subprocess.run([promtool(), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_each_alert_fires_when_it_should_and_only_then() -> None:
     result = subprocess.run(
-        [_promtool(), "test", "rules", str(RULES_TEST)], capture_output=True, text=True, cwd=RULES.parent
+        [promtool(), "test", "rules", str(RULES_TEST)], capture_output=True, text=True, cwd=RULES.parent
     )
     assert result.returncode == 0, result.stdout + result.stderr
     tested = set(re.findall(r"alertname: (\w+)", RULES_TEST.read_text()))
@@ -56,7 +32,7 @@ def test_each_alert_fires_when_it_should_and_only_then() -> None:
 
 
 def test_every_metric_an_alert_reads_is_exported_by_the_worker() -> None:
-    exported = _exported_names()
+    exported = exported_names()
     for rule in _rules():
         for name in re.findall(r"\b([a-z_]+)\s*[{\[)]", rule["expr"]) + re.findall(r"\bdedupectl_\w+", rule["expr"]):
             if name.startswith("dedupectl_") or name in PROMETHEUS_OWN:
@@ -69,3 +45,9 @@ def test_every_alert_links_a_runbook_that_exists() -> None:
         path = url.split("}}", 1)[1].lstrip("/")
         assert (ROOT / path).is_file(), f"{rule['alert']}: {path} does not exist"
         assert rule["labels"]["severity"] in ("page", "ticket")
+
+
+def test_the_monitoring_page_explains_every_alert() -> None:
+    page = (ROOT / "docs" / "monitoring.md").read_text()
+    for rule in _rules():
+        assert f"`{rule['alert']}`" in page, f"docs/monitoring.md does not explain {rule['alert']}"
