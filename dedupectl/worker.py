@@ -864,12 +864,19 @@ class Worker:
         self._retrying(producer.begin_transaction, "beginning a transaction")
         # offsets of an aborted transaction never count: any valid offset makes the group's marker come
         offsets = [TopicPartition(config.input_topic, number, 0) for number in held or [0]]
-        self._retrying(
-            lambda: producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), config.kafka.timeout_s
-            ),
-            "sending offsets to the aborting transaction",
-        )
+        try:
+            self._retrying(
+                lambda: producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), config.kafka.timeout_s
+                ),
+                "sending offsets to the aborting transaction",
+            )
+        except KafkaException as error:
+            # the group refuses the offsets of a consumer that has not joined yet (unknown member), but the
+            # transaction holds the group's partition by then, so its abort marker still reaches it
+            if not error.args[0].txn_requires_abort():
+                raise
+            log.info("offsets of the aborting transaction refused (%s): aborting it", describe(error))
         for number, _, _ in open_outputs:
             self._produce_when_room(config.output_topic, None, None, number, headers=[(SWEEP_HEADER, b"")])
         # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
