@@ -56,6 +56,11 @@ class WorkerMetrics:
             registry=r,
         )
         self.transactions = Counter("dedupectl_transactions", "Kafka transactions by outcome", ("outcome",), registry=r)
+        self.client_restarts = Counter(
+            "dedupectl_client_restarts",
+            "Kafka clients and stores restarted in process after a fatal producer error",
+            registry=r,
+        )
         self.snapshots_published = Counter(
             "dedupectl_snapshots_published", "Scheduled snapshots published (--snapshot-every)", registry=r
         )

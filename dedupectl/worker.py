@@ -38,6 +38,7 @@ from dedupectl.messages import DeadLetter, extract_ids
 from dedupectl.metrics import WorkerMetrics
 from reconcile.broker_retry import (
     RetryPolicy,
+    describe,
     is_fence,
     is_replaceable_producer_error,
     is_transient,
@@ -64,6 +65,11 @@ log = logging.getLogger(__name__)
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
 
 
+# clients restarted after fatal errors this often are fighting something a process restart will not fix
+CLIENT_RESTARTS_MAX = 3
+CLIENT_RESTARTS_WINDOW_S = 600.0
+SETTLE_MARGIN_S = 30.0  # beyond twice transaction.timeout.ms: the coordinator's abort sweep and marker writes
+SWEEP_HEADER = "dedupectl-abort-sweep"  # the empty record of a transaction that only aborts what was left open
 MEMORY_RELEASE_S = 60.0
 MAINTENANCE_S = 5.0  # every held partition ages and refreshes its window gauge at least this often, input or not
 
@@ -114,6 +120,16 @@ class RunSummary:
         return max(self.last_committed_at - self.first_consumed_at, 0.0)
 
 
+class _ClientsLost(Exception):
+    """The transactional producer failed fatally without another instance having taken over: the worker's
+    Kafka clients and stores are restarted in process, as a process restart would."""
+
+    def __init__(self, error: KafkaException, commit_requested: bool) -> None:
+        super().__init__(describe(error))
+        self.error = error
+        self.commit_requested = commit_requested  # False: the failed transaction can only have been aborted
+
+
 class _CrashPoint:
     """Fault injection for the crash tests: ``DEDUPECTL_CRASHPOINT=after-commit:3`` SIGKILLs the process the
     3rd time it reaches ``after-commit``. Unset, it costs one attribute test per batch."""
@@ -150,6 +166,8 @@ class Worker:
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         self._retry = RetryPolicy(bound_s=config.broker_retry_for)
         self._transaction_began = 0.0
+        self._client_restarts: list[float] = []
+        self._commit_requested = False  # whether the transaction in hand has asked its coordinator to commit
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -212,6 +230,9 @@ class Worker:
 
     def _join_group(self) -> None:
         self._consumer = self._start_consumer()
+        self._subscribe()
+
+    def _subscribe(self) -> None:
         self._consumer.subscribe(
             [self.config.input_topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
         )
@@ -224,7 +245,11 @@ class Worker:
             batch = self._collect(self._consumer)
             now = time.monotonic()
             if batch:
-                self._process(batch)
+                try:
+                    self._process(batch)
+                except _ClientsLost as lost:
+                    self._restart_clients(lost)
+                    continue
                 self._idle_since = now
             elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
                 break
@@ -548,6 +573,7 @@ class Worker:
         try:
             producer.begin_transaction()
             self._transaction_began = time.monotonic()
+            self._commit_requested = False
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
             # the offsets go to the group coordinator (two broker round trips, GIL released) while this thread
             # produces: a transaction takes its offsets at any point before the commit
@@ -564,6 +590,7 @@ class Worker:
                 sent_error = offsets_sent.exception()  # waits: nothing else may touch the transaction meanwhile
             if sent_error is not None:
                 raise sent_error
+            self._commit_requested = True
             self._commit()
         except KafkaException as error:
             kafka_error = error.args[0]
@@ -695,13 +722,13 @@ class Worker:
         the producer's epoch itself (a broker outage does that), which reads as a fence by a newer instance."""
         return time.monotonic() - self._transaction_began >= self.config.transaction_timeout_ms / 1000
 
-    def _fatal_producer_error(self, error: KafkaException) -> DedupeError:
-        """The error a fatal producer error ends the run with: fenced only when another instance took over.
+    def _fatal_producer_error(self, error: KafkaException) -> Exception:
+        """What a fatal producer error becomes: fenced (the run ends) only when another instance took over;
+        otherwise the clients are restarted in process (``_ClientsLost``), unless the error is one the operator
+        must fix (authorization, an unknown topic), which ends the run.
 
         A transaction older than transaction.timeout.ms may have been aborted by its coordinator during an
-        outage, which reads as a fence too; a restart recovers from it exactly. The worker does not carry on
-        with a new producer in process: on Kafka 4.x the failed transaction can complete after a new producer
-        has initialised, and only a restart's recovery is proven to see it."""
+        outage, which reads as a fence too: that is a broker fault, not a twin."""
         kafka_error = kafka_error_of(error)
         detail = str(error) if kafka_error is None else kafka_error.str()
         if kafka_error is not None and is_fence(kafka_error) and not self._may_have_timed_out():
@@ -709,6 +736,8 @@ class Worker:
                 f"this worker was fenced ({detail})",
                 "another worker with the same worker_id took over; stop one of them",
             )
+        if kafka_error is not None and (is_fence(kafka_error) or is_replaceable_producer_error(error)):
+            return _ClientsLost(error, self._commit_requested)
         return BrokerError(
             f"the transactional producer failed ({detail})",
             "restart the worker (a supervisor does): recovery makes its stores agree with the output topic",
@@ -727,8 +756,65 @@ class Worker:
             return permission_denied("Write", "topic", topic, error.str())
         return permission_denied("Read", "topic", config.input_topic, error.str())
 
+    def _restart_clients(self, lost: _ClientsLost) -> None:
+        """After a fatal producer error, do in process what a process restart does: the old producer is
+        destroyed, the stores closed and the consumer closed; a new producer's initialisation fences the old
+        one and settles its last transaction (committed or aborted) before it returns; the group is joined
+        again, so every partition is assigned afresh, recovered from the output and read again from its
+        committed offset."""
+        self._count_restart(str(lost))
+        self.metrics.client_restarts.inc()
+        log.warning(
+            "the transactional producer failed (%s): restarting the Kafka clients; every held partition recovers "
+            "from the output before its next batch",
+            lost,
+        )
+        held = sorted(self._partitions)
+        self._discard_producer()
+        self._leave_group()
+        self._reader.close()
+        self._reader = OutputReader(self.config.kafka)
+        self._producer = self._start_producer()
+        self._consumer = self._start_consumer()
+        self._abort_what_was_left_open(held, outputs=not lost.commit_requested)
+        self._subscribe()
+        self._write_status()
+
+    def _count_restart(self, reason: str) -> None:
+        """Too many client restarts in a row is a fight a process restart will not win either: end the run."""
+        now = time.monotonic()
+        recent = [at for at in self._client_restarts if now - at < CLIENT_RESTARTS_WINDOW_S]
+        if len(recent) >= CLIENT_RESTARTS_MAX:
+            raise BrokerError(
+                f"the Kafka clients failed fatally {len(recent) + 1} times within {CLIENT_RESTARTS_WINDOW_S:.0f}s "
+                f"(last: {reason})",
+                "check the brokers' logs and that no other worker runs with this worker_id; "
+                "a restart resumes exactly where the worker stopped",
+            )
+        self._client_restarts = [*recent, now]
+
+    def _discard_producer(self) -> None:
+        """Destroy the failed producer before its successor exists: nothing it still holds may reach a broker
+        after the new producer has settled the last transaction."""
+        producer, self._producer = self._producer, None
+        try:
+            producer.purge()
+            producer.close()
+        except (KafkaException, RuntimeError) as error:
+            log.info("closing the failed producer: %s", describe(error))
+
+    def _leave_group(self) -> None:
+        """Close the consumer and every held store; a static member rejoins with the same assignment."""
+        consumer, self._consumer = self._consumer, None
+        try:
+            consumer.close()
+        except (KafkaException, RuntimeError) as error:
+            log.info("closing the consumer: %s", describe(error))
+        self._on_revoke(None, [TopicPartition(self.config.input_topic, number) for number in list(self._partitions)])
+
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()
+        self._await_settled_output(owned.number)
         try:
             result = self._retrying(
                 lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
@@ -750,6 +836,83 @@ class Worker:
             result.scanned,
             result.recorded,
         )
+
+    def _await_settled_output(self, partition: int) -> None:
+        """Wait until no transaction is open on the output partition before recovery reads it. One still open
+        (a former owner's, or this worker's last one while the coordinator settles it after a broker fault)
+        could commit after recovery has read up to it, and its ids would be missing from the store. The
+        coordinator ends any transaction within transaction.timeout.ms; one open much longer is hanging."""
+        topic = self.config.output_topic
+        limit_s = 2 * self.config.transaction_timeout_ms / 1000 + SETTLE_MARGIN_S
+        began = time.monotonic()
+        delay = 0.1
+        while True:
+            stable, end = self._open_span(partition)
+            if stable >= end:
+                return
+            waited = time.monotonic() - began
+            if waited >= limit_s:
+                raise BrokerError(
+                    f"a transaction has been open on {topic}[{partition}] for {waited:.0f}s (offsets {stable}..{end})"
+                    ": recovery cannot know whether its records will count",
+                    "find and abort the hanging transaction (kafka-transactions.sh find-hanging, then abort), "
+                    "then restart the worker",
+                )
+            if delay == 0.1:
+                log.info("partition %d: waiting for an open transaction on the output to end", partition)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _open_span(self, partition: int) -> tuple[int, int]:
+        """The output partition's last stable offset and its end: equal unless a transaction is open on it."""
+        topic, reader = self.config.output_topic, self._reader
+        stable = self._retrying(lambda: reader.bounds(topic, partition).end, "reading the output's stable end")
+        return stable, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
+
+    def _abort_what_was_left_open(self, held: list[int], *, outputs: bool) -> None:
+        """After a failed transaction, end as aborted what of it a broker still holds open. A broker that
+        crashed mid-transaction can lose the markers its coordinator sends: the group then keeps the
+        transaction's offsets pending (its committed offsets never become stable, so the consumer never
+        starts), and an output partition keeps its records open (its last stable offset stuck below its end).
+        One transaction of this producer's id that sends offsets to the group and, with ``outputs``, writes an
+        empty record to each such output partition (never visible to read_committed readers), then aborts,
+        makes the brokers close what this id left open there.
+
+        Pending offsets are always safe to drop: the batch is read again and recovery, which reads the output,
+        drops what was published. Open output records only when the failed transaction never asked to commit:
+        then nothing of it can have been meant to count."""
+        config, producer = self.config, self._producer
+        open_outputs = []
+        if outputs:
+            open_outputs = [(number, *span) for number in held if (span := self._open_span(number))[0] < span[1]]
+        for number, stable, end in open_outputs:
+            log.warning(
+                "partition %d: output offsets %d..%d are still open after the failed transaction: aborting them",
+                number,
+                stable,
+                end,
+            )
+        self._retrying(producer.begin_transaction, "beginning a transaction")
+        # offsets of an aborted transaction never count: any valid offset makes the group's marker come
+        offsets = [TopicPartition(config.input_topic, number, 0) for number in held or [0]]
+        try:
+            self._retrying(
+                lambda: producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), config.kafka.timeout_s
+                ),
+                "sending offsets to the aborting transaction",
+            )
+        except KafkaException as error:
+            # the group refuses the offsets of a consumer that has not joined yet (unknown member), but the
+            # transaction holds the group's partition by then, so its abort marker still reaches it
+            if not error.args[0].txn_requires_abort():
+                raise
+            log.info("offsets of the aborting transaction refused (%s): aborting it", describe(error))
+        for number, _, _ in open_outputs:
+            self._produce_when_room(config.output_topic, None, None, number, headers=[(SWEEP_HEADER, b"")])
+        # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
+        producer.flush(config.kafka.timeout_s)
+        self._retrying(lambda: producer.abort_transaction(config.kafka.timeout_s), "aborting the transaction")
 
     def _report_empty_store(self, partition: int, created: bool) -> None:
         """Say that a partition starts with no ids, and how much of the output its recovery will read."""
