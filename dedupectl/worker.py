@@ -21,7 +21,8 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress
@@ -68,6 +69,7 @@ CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a
 # clients restarted after fatal errors this often are fighting something a process restart will not fix
 CLIENT_RESTARTS_MAX = 3
 CLIENT_RESTARTS_WINDOW_S = 600.0
+OFFSETS_HANG_MARGIN_S = 15.0  # beyond the call's own timeout, before sending offsets counts as hung
 SETTLE_MARGIN_S = 30.0  # beyond twice transaction.timeout.ms: the coordinator's abort sweep and marker writes
 SWEEP_HEADER = "dedupectl-abort-sweep"  # the empty record of a transaction that only aborts what was left open
 MEMORY_RELEASE_S = 60.0
@@ -124,10 +126,11 @@ class _ClientsLost(Exception):
     """The transactional producer failed fatally without another instance having taken over: the worker's
     Kafka clients and stores are restarted in process, as a process restart would."""
 
-    def __init__(self, error: KafkaException, commit_requested: bool) -> None:
+    def __init__(self, error: KafkaException, commit_requested: bool, *, hung: bool = False) -> None:
         super().__init__(describe(error))
         self.error = error
         self.commit_requested = commit_requested  # False: the failed transaction can only have been aborted
+        self.hung = hung  # a call into the producer never returned: the producer may not be touched again
 
 
 class _CrashPoint:
@@ -161,7 +164,6 @@ class Worker:
         self._idle_since: float | None = None
         self._closing = False
         self._reader: OutputReader | None = None
-        self._offsets_sender = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-offsets")
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         self._retry = RetryPolicy(bound_s=config.broker_retry_for)
@@ -210,11 +212,12 @@ class Worker:
             config.dead_letter_topic,
             config.data_dir,
         )
-        self._producer = self._start_producer()
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._reader = OutputReader(config.kafka)
-        self._join_group()
+        # whatever an earlier instance left is settled by the new producer; what a crashed broker still holds
+        # pending of it in the group is dropped (its batch is read again and recovery drops what was published)
+        self._start_clients([], sweep_outputs=False)
         self._write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
@@ -227,10 +230,6 @@ class Worker:
         finally:
             self._shutdown()
         return self.summary
-
-    def _join_group(self) -> None:
-        self._consumer = self._start_consumer()
-        self._subscribe()
 
     def _subscribe(self) -> None:
         self._consumer.subscribe(
@@ -367,7 +366,6 @@ class Worker:
             self._reader.close()
         if self._producer is not None:
             flush_at_exit(self._producer, self.config.kafka.timeout_s)
-        self._offsets_sender.shutdown()
         remove_status(self._status_path)
 
     # -- assignment ----------------------------------------------------------------------------------
@@ -577,7 +575,7 @@ class Worker:
             offsets = [TopicPartition(config.input_topic, plan.partition, plan.next_input_offset) for plan in plans]
             # the offsets go to the group coordinator (two broker round trips, GIL released) while this thread
             # produces: a transaction takes its offsets at any point before the commit
-            offsets_sent = self._offsets_sender.submit(
+            offsets_sent = _in_background(
                 producer.send_offsets_to_transaction,
                 offsets,
                 self._consumer.consumer_group_metadata(),
@@ -587,7 +585,7 @@ class Worker:
                 self._produce_batch(plans, remember, note_denied)
                 self._crashpoint("after-produce")
             finally:
-                sent_error = offsets_sent.exception()  # waits: nothing else may touch the transaction meanwhile
+                sent_error = self._offsets_outcome(offsets_sent)  # nothing else may touch the transaction meanwhile
             if sent_error is not None:
                 raise sent_error
             self._commit_requested = True
@@ -610,6 +608,16 @@ class Worker:
         self.metrics.last_commit.set(time.time())
         self.metrics.transactions.labels("committed").inc()
         return spans
+
+    def _offsets_outcome(self, offsets_sent: Future) -> BaseException | None:
+        """What sending the offsets raised, waiting past its own timeout for a bounded time: after a broker
+        fault librdkafka can block in send_offsets_to_transaction for good. The blocked thread is then left
+        behind with its producer, and the clients are restarted."""
+        try:
+            return offsets_sent.exception(timeout=self.config.kafka.timeout_s + OFFSETS_HANG_MARGIN_S)
+        except FutureTimeoutError:
+            hung = KafkaException(KafkaError(KafkaError._TIMED_OUT, "sending the offsets to the transaction hung"))
+            raise _ClientsLost(hung, commit_requested=False, hung=True) from None
 
     def _produce_batch(self, plans: list[_Plan], remember: Callable, note_denied: Callable) -> None:
         """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last,
@@ -770,15 +778,21 @@ class Worker:
             lost,
         )
         held = sorted(self._partitions)
-        self._discard_producer()
+        self._discard_producer(touch=not lost.hung)
         self._leave_group()
         self._reader.close()
         self._reader = OutputReader(self.config.kafka)
+        self._start_clients(held, sweep_outputs=not lost.commit_requested)
+        self._write_status()
+
+    def _start_clients(self, held: list[int], *, sweep_outputs: bool) -> None:
+        """A new producer (which fences any earlier one and settles its last transaction), then a consumer that
+        joins the group once what the earlier producer may have left open is aborted (see
+        ``_abort_what_was_left_open``; ``held``: the partitions whose outputs to check)."""
         self._producer = self._start_producer()
         self._consumer = self._start_consumer()
-        self._abort_what_was_left_open(held, outputs=not lost.commit_requested)
+        self._abort_what_was_left_open(held, outputs=sweep_outputs)
         self._subscribe()
-        self._write_status()
 
     def _count_restart(self, reason: str) -> None:
         """Too many client restarts in a row is a fight a process restart will not win either: end the run."""
@@ -793,10 +807,13 @@ class Worker:
             )
         self._client_restarts = [*recent, now]
 
-    def _discard_producer(self) -> None:
+    def _discard_producer(self, *, touch: bool) -> None:
         """Destroy the failed producer before its successor exists: nothing it still holds may reach a broker
-        after the new producer has settled the last transaction."""
+        after the new producer has settled the last transaction. One blocked in a call is only dropped (the
+        new producer's initialisation fences it)."""
         producer, self._producer = self._producer, None
+        if not touch:
+            return
         try:
             producer.purge()
             producer.close()
@@ -870,13 +887,13 @@ class Worker:
         return stable, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
 
     def _abort_what_was_left_open(self, held: list[int], *, outputs: bool) -> None:
-        """After a failed transaction, end as aborted what of it a broker still holds open. A broker that
-        crashed mid-transaction can lose the markers its coordinator sends: the group then keeps the
-        transaction's offsets pending (its committed offsets never become stable, so the consumer never
-        starts), and an output partition keeps its records open (its last stable offset stuck below its end).
-        One transaction of this producer's id that sends offsets to the group and, with ``outputs``, writes an
-        empty record to each such output partition (never visible to read_committed readers), then aborts,
-        makes the brokers close what this id left open there.
+        """End as aborted what an earlier producer of this worker's id left open that a broker still holds: at
+        start, and after a failed transaction. A broker that crashed mid-transaction can lose the markers its
+        coordinator sends: the group then keeps the transaction's offsets pending (its committed offsets never
+        become stable, so the consumer never starts), and an output partition keeps its records open (its last
+        stable offset stuck below its end). One transaction of this producer's id that sends offsets to the
+        group and, with ``outputs``, writes an empty record to each such output partition (never visible to
+        read_committed readers), then aborts, makes the brokers close what this id left open there.
 
         Pending offsets are always safe to drop: the batch is read again and recovery, which reads the output,
         drops what was published. Open output records only when the failed transaction never asked to commit:
@@ -893,6 +910,10 @@ class Worker:
                 end,
             )
         self._retrying(producer.begin_transaction, "beginning a transaction")
+        for number, _, _ in open_outputs:
+            self._produce_when_room(config.output_topic, None, None, number, headers=[(SWEEP_HEADER, b"")])
+        # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
+        producer.flush(config.kafka.timeout_s)
         # offsets of an aborted transaction never count: any valid offset makes the group's marker come
         offsets = [TopicPartition(config.input_topic, number, 0) for number in held or [0]]
         try:
@@ -904,14 +925,11 @@ class Worker:
             )
         except KafkaException as error:
             # the group refuses the offsets of a consumer that has not joined yet (unknown member), but the
-            # transaction holds the group's partition by then, so its abort marker still reaches it
+            # transaction holds the group's partition by then, so its abort marker still reaches it; the records
+            # are produced first, as the refusal leaves the transaction able only to abort
             if not error.args[0].txn_requires_abort():
                 raise
-            log.info("offsets of the aborting transaction refused (%s): aborting it", describe(error))
-        for number, _, _ in open_outputs:
-            self._produce_when_room(config.output_topic, None, None, number, headers=[(SWEEP_HEADER, b"")])
-        # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
-        producer.flush(config.kafka.timeout_s)
+            log.debug("offsets of the aborting transaction refused (%s): aborting it", describe(error))
         self._retrying(lambda: producer.abort_transaction(config.kafka.timeout_s), "aborting the transaction")
 
     def _report_empty_store(self, partition: int, created: bool) -> None:
@@ -987,6 +1005,21 @@ class Worker:
         metrics.duplicates.labels(label).inc(plan.duplicates)
         metrics.dead_letters.labels(label).inc(dead)
         metrics.store_keys.labels(label).set(store_keys)
+
+
+def _in_background(call: Callable, *args: object) -> Future:
+    """``call(*args)`` on a daemon thread of its own: one that never returns (librdkafka can block for good
+    after a broker fault) is left behind and does not hold the process at exit, as an executor's would."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call(*args))
+        except BaseException as error:  # handed to the caller, who decides
+            future.set_exception(error)
+
+    threading.Thread(target=run, name="send-offsets", daemon=True).start()
+    return future
 
 
 def _dead_letter_headers(message: Message, reason: DeadLetter) -> list[tuple[str, bytes]]:
