@@ -92,8 +92,14 @@ def audit_acls(input_topic: str, output_topic: str) -> list[Acl]:
 
 
 def replay_acls(input_topic: str, output_topic: str) -> list[Acl]:
-    """replay reads both topics and re-drives what the output lacks into the input (idempotent producer)."""
-    return [Acl("READ", "topic", input_topic), Acl("READ", "topic", output_topic), Acl("WRITE", "topic", input_topic)]
+    """replay reads both topics, reads the worker group's committed offsets (ids past them are not consumed
+    yet) and re-drives what the output lacks into the input (idempotent producer)."""
+    return [
+        Acl("READ", "topic", input_topic),
+        Acl("READ", "topic", output_topic),
+        Acl("WRITE", "topic", input_topic),
+        Acl("DESCRIBE", "group", f"dedupectl.{input_topic}"),  # the worker's default group_id
+    ]
 
 
 def rebuild_acls(input_topic: str, output_topic: str) -> list[Acl]:
