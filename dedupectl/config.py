@@ -75,6 +75,7 @@ VALUE_FORMATS = ("json", "raw")
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
 DEFAULT_BROKER_RETRY_FOR = 300.0
+DEFAULT_STOP_TIMEOUT = 60.0  # below the 90 s grace period of the deployment files
 MIN_MEMTABLE_BUDGET = 4 * 1024 * 1024
 
 
@@ -104,6 +105,10 @@ class WorkerConfig:
     snapshot_to: str | None = None  # destination: a directory, s3://bucket/prefix or ebs:vol-… (None: data_dir)
     snapshot_keep: int | None = None  # prune to the newest N per partition after each scheduled round
     broker_retry_for: float = DEFAULT_BROKER_RETRY_FOR  # seconds transient Kafka faults are ridden out
+    # seconds from the first SIGTERM to a forced exit: below the supervisor's grace period (90 s in deploy/)
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    # a dynamic group member (no group.instance.id): its stop moves its partitions at once (scale-in)
+    leave_group_on_stop: bool = False
 
     @property
     def transactional_id(self) -> str:
@@ -144,6 +149,8 @@ _WORKER_FIELDS: dict[str, type] = {
     "broker_retry_for": str,
     "snapshot_to": str,
     "snapshot_keep": int,
+    "stop_timeout": str,
+    "leave_group_on_stop": bool,
 }
 
 
@@ -169,6 +176,8 @@ def _parse(name: str, kind: type, raw: Any, source: str) -> Any:
             return int(raw)
         if kind is float:
             return float(raw)
+        if kind is bool:
+            return _boolean(raw)
         if kind is Path:
             return Path(str(raw)).expanduser()
         return str(raw)
@@ -300,9 +309,22 @@ def resolve_worker_config(
         broker_retry_for=_duration(fields.get("broker_retry_for"), "broker_retry_for") or DEFAULT_BROKER_RETRY_FOR,
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
+        stop_timeout=_duration(fields.get("stop_timeout"), "stop_timeout") or DEFAULT_STOP_TIMEOUT,
+        leave_group_on_stop=bool(fields.get("leave_group_on_stop")),
     )
     _validate(config)
     return config
+
+
+def _boolean(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(raw)
 
 
 def _size(text: str | None, what: str) -> int | None:

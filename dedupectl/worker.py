@@ -303,20 +303,23 @@ class Worker:
 
     def _start_consumer(self) -> Consumer:
         config = self.config
+        owned = {
+            "group.id": config.group_id,
+            "session.timeout.ms": config.session_timeout_ms,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+        # static membership: a restarted worker takes its partitions back without a rebalance; but librdkafka
+        # never sends LeaveGroup for a static member, so a worker being removed runs as a dynamic one
+        if not config.leave_group_on_stop:
+            owned["group.instance.id"] = config.worker_id
         return build_client(
             Consumer,
             exactly_once_settings(
                 config.kafka,
                 defaults={"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024},
-                owned={
-                    "group.id": config.group_id,
-                    # static membership: a restarted worker takes its partitions back without a rebalance
-                    "group.instance.id": config.worker_id,
-                    "session.timeout.ms": config.session_timeout_ms,
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                },
+                owned=owned,
             ),
         )
 
@@ -1033,14 +1036,32 @@ def _dead_letter_headers(message: Message, reason: DeadLetter) -> list[tuple[str
     ]
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by SIGTERM or SIGINT: the worker finishes the batch in hand, commits, and exits 0."""
+def stop_on_signals(stop_timeout_s: float | None = None) -> threading.Event:
+    """An event set by SIGTERM or SIGINT: the worker finishes the batch in hand, commits, and exits 0.
+
+    A second signal, or ``stop_timeout_s`` running out after the first, ends the process at once, as a crash
+    would: a store records a batch only after its transaction committed, so nothing half done is kept, and
+    the next owner's recovery (or the restarted worker's fencing of its open transaction) covers the rest."""
     stop = threading.Event()
 
     def handle(signum: int, _frame: object) -> None:
+        # the next signal is the kernel's to act on: it ends the process even while a Kafka call blocks
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         log.info("%s received: finishing the batch in hand", signal.Signals(signum).name)
         stop.set()
+        if stop_timeout_s is not None:
+            threading.Thread(target=_force_stop_after, args=(stop_timeout_s,), name="stop-bound", daemon=True).start()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
     return stop
+
+
+def _force_stop_after(seconds: float) -> None:
+    time.sleep(seconds)
+    log.error(
+        "still stopping after --stop-timeout %gs: exiting now; the next recovery covers the batch in hand", seconds
+    )
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGTERM)  # the default action by now: the same end as a second SIGTERM

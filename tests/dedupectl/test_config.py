@@ -95,3 +95,29 @@ def test_secrets_never_appear_in_the_description(tmp_path):
     assert config.describe()["kafka"]["settings"]["sasl.username"] == "svc"
     # the real value still reaches the client
     assert config.kafka.client_settings()["sasl.password"] == "hunter2"
+
+
+def test_the_stop_settings_from_every_source(tmp_path):
+    defaults = resolve_worker_config(env={}, flags=BASE)
+    assert defaults.stop_timeout == 60.0 and defaults.leave_group_on_stop is False
+    env = {"DEDUPECTL_STOP_TIMEOUT": "45s", "DEDUPECTL_LEAVE_GROUP_ON_STOP": "true"}
+    config = resolve_worker_config(env=env, flags=BASE)
+    assert config.stop_timeout == 45.0 and config.leave_group_on_stop is True
+    file_config = resolve_worker_config(
+        write(tmp_path, "stop_timeout = '1m30s'\nleave_group_on_stop = false\n"), env, BASE
+    )
+    assert file_config.stop_timeout == 45.0 and file_config.leave_group_on_stop is True  # the environment wins
+    assert resolve_worker_config(env={}, flags={**BASE, "leave_group_on_stop": True}).leave_group_on_stop
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DEDUPECTL_LEAVE_GROUP_ON_STOP": "maybe"}, "leave_group_on_stop must be bool"),
+        ({"DEDUPECTL_STOP_TIMEOUT": "0"}, "stop_timeout"),
+        ({"DEDUPECTL_STOP_TIMEOUT": "soon"}, "stop_timeout"),
+    ],
+)
+def test_bad_stop_settings_are_refused(env, message):
+    with pytest.raises(ConfigError, match=message):
+        resolve_worker_config(env=env, flags=BASE)

@@ -130,6 +130,8 @@ def test_statefulset_runs_one_worker_per_pod_on_its_own_volume(tmp_path):
     # the grace period outlasts a commit the broker may hold for up to the transaction timeout
     grace = pod["spec"]["terminationGracePeriodSeconds"]
     assert grace > config.transaction_timeout_ms / 1000
+    # and the worker's own stop bound ends a longer stop before the kubelet's SIGKILL
+    assert config.stop_timeout < grace
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
@@ -156,6 +158,10 @@ def test_systemd_unit_passes_real_options_and_agrees_with_kubernetes(tmp_path):
     grace = _manifest("statefulset")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert service["TimeoutStopSec"] == [str(grace)]
     assert any(not path.startswith("-") for path in service["EnvironmentFile"])  # the secrets file
+    # the per-instance environment file's scale-in setting, as the unit's comment names it, is a real field
+    env = {"DEDUPECTL_LEAVE_GROUP_ON_STOP": "true"}
+    assert resolve_worker_config(_config(tmp_path), env=env, flags={"worker_id": "dedup-0"}).leave_group_on_stop
+    assert "DEDUPECTL_LEAVE_GROUP_ON_STOP=true" in UNIT.read_text()
 
 
 def test_systemd_unit_verifies(tmp_path):

@@ -70,6 +70,16 @@ def run(
         "--broker-retry-for",
         help="Ride out transient Kafka faults (a broker restarting, timeouts) this long before exiting (default 5m).",
     ),
+    stop_timeout: str | None = typer.Option(
+        None,
+        "--stop-timeout",
+        help="After SIGTERM, exit at once if the stop has not finished within this long (default 60s).",
+    ),
+    leave_group_on_stop: bool | None = typer.Option(
+        None,
+        "--leave-group-on-stop",
+        help="Join as a dynamic group member, so a stop moves this worker's partitions at once (for scale-in).",
+    ),
     kafka_setting: list[str] | None = KafkaSettingOption,
     exit_on_idle: float | None = typer.Option(
         None, "--exit-on-idle", help="Exit 0 after this many seconds without input (batch jobs, demos)."
@@ -79,7 +89,8 @@ def run(
 ) -> None:
     """Run the dedup worker: publish each messageId once, exactly once, across crashes.
 
-    SIGTERM or Ctrl-C finishes the batch in hand, commits it, closes the stores and exits 0.
+    SIGTERM or Ctrl-C finishes the batch in hand, commits it, closes the stores and exits 0; a second one, or
+    --stop-timeout running out, ends the worker at once (safe: recovery covers the batch in hand).
 
     Example: dedupectl run -b 127.0.0.1:9092 -i events -o events-deduped -d /var/lib/dedupectl
     """
@@ -107,6 +118,8 @@ def run(
             "snapshot_to": snapshot_to,
             "snapshot_keep": snapshot_keep,
             "broker_retry_for": broker_retry_for,
+            "stop_timeout": stop_timeout,
+            "leave_group_on_stop": leave_group_on_stop,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -114,7 +127,9 @@ def run(
     if worker_config.metrics_port is not None:
         port = worker.metrics.serve(worker_config.metrics_port, worker_config.metrics_host)
         log.info("metrics on http://%s:%d/metrics", worker_config.metrics_host, port)
-    summary = worker.run(stop_on_signals(), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger())
+    summary = worker.run(
+        stop_on_signals(worker_config.stop_timeout), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger()
+    )
     _render(summary, json_output)
 
 
