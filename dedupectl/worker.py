@@ -217,7 +217,7 @@ class Worker:
         self._reader = OutputReader(config.kafka)
         # whatever an earlier instance left is settled by the new producer; what a crashed broker still holds
         # pending of it in the group is dropped (its batch is read again and recovery drops what was published)
-        self._start_clients([], sweep_outputs=False)
+        self._start_clients({})
         self._write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         try:
@@ -780,22 +780,40 @@ class Worker:
             "from the output before its next batch",
             lost,
         )
-        held = sorted(self._partitions)
+        covered = {number: owned.store.state.input_offset for number, owned in self._partitions.items()}
         self._discard_producer(touch=not lost.hung)
         self._leave_group()
         self._reader.close()
         self._reader = OutputReader(self.config.kafka)
-        self._start_clients(held, sweep_outputs=not lost.commit_requested)
+        self._start_clients(covered, commit_requested=lost.commit_requested)
         self._write_status()
 
-    def _start_clients(self, held: list[int], *, sweep_outputs: bool) -> None:
+    def _start_clients(self, covered: dict[int, int], *, commit_requested: bool = False) -> None:
         """A new producer (which fences any earlier one and settles its last transaction), then a consumer that
         joins the group once what the earlier producer may have left open is aborted (see
-        ``_abort_what_was_left_open``; ``held``: the partitions whose outputs to check)."""
+        ``_abort_what_was_left_open``). ``covered``: the partitions held before, each with the next input offset
+        its store covers, whose outputs may be swept; ``commit_requested``: whether the failed transaction had
+        asked to commit, so that only partitions whose failed batch the group did not commit are swept."""
         self._producer = self._start_producer()
         self._consumer = self._start_consumer()
-        self._abort_what_was_left_open(held, outputs=sweep_outputs)
+        if commit_requested:
+            self._abort_what_was_left_open([])  # the group's pending offsets first: its committed ones then read
+            self._abort_what_was_left_open(self._batches_not_committed(covered))
+        else:
+            self._abort_what_was_left_open(sorted(covered))
         self._subscribe()
+
+    def _batches_not_committed(self, covered: dict[int, int]) -> list[int]:
+        """The partitions whose group offset is not past what their store covers: the failed transaction's batch
+        of them was not committed (it is read again), so records of it left open may be aborted. With its
+        offsets committed, its records were meant to count: they are left alone (recovery then waits for them)."""
+        held = [TopicPartition(self.config.input_topic, number) for number in covered]
+        try:
+            committed = self._consumer.committed(held, timeout=self.config.kafka.timeout_s) if held else []
+        except KafkaException as error:
+            log.warning("cannot read the group's committed offsets (%s): no output partition is swept", describe(error))
+            return []
+        return sorted(tp.partition for tp in committed if tp.error is None and tp.offset <= covered[tp.partition])
 
     def _count_restart(self, reason: str) -> None:
         """Too many client restarts in a row is a fight a process restart will not win either: end the run."""
@@ -889,22 +907,20 @@ class Worker:
         stable = self._retrying(lambda: reader.bounds(topic, partition).end, "reading the output's stable end")
         return stable, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
 
-    def _abort_what_was_left_open(self, held: list[int], *, outputs: bool) -> None:
+    def _abort_what_was_left_open(self, outputs: list[int]) -> None:
         """End as aborted what an earlier producer of this worker's id left open that a broker still holds: at
         start, and after a failed transaction. A broker that crashed mid-transaction can lose the markers its
         coordinator sends: the group then keeps the transaction's offsets pending (its committed offsets never
         become stable, so the consumer never starts), and an output partition keeps its records open (its last
         stable offset stuck below its end). One transaction of this producer's id that sends offsets to the
-        group and, with ``outputs``, writes an empty record to each such output partition (never visible to
-        read_committed readers), then aborts, makes the brokers close what this id left open there.
+        group and writes an empty record to each of ``outputs`` left open (never visible to read_committed
+        readers), then aborts, makes the brokers close what this id left open there.
 
         Pending offsets are always safe to drop: the batch is read again and recovery, which reads the output,
-        drops what was published. Open output records only when the failed transaction never asked to commit:
-        then nothing of it can have been meant to count."""
+        drops what was published. Open output records only where the failed batch is read again (see
+        ``_start_clients``): then nothing of them can have been meant to count."""
         config, producer = self.config, self._producer
-        open_outputs = []
-        if outputs:
-            open_outputs = [(number, *span) for number in held if (span := self._open_span(number))[0] < span[1]]
+        open_outputs = [(number, *span) for number in outputs if (span := self._open_span(number))[0] < span[1]]
         for number, stable, end in open_outputs:
             log.warning(
                 "partition %d: output offsets %d..%d are still open after the failed transaction: aborting them",
@@ -918,7 +934,7 @@ class Worker:
         # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
         producer.flush(config.kafka.timeout_s)
         # offsets of an aborted transaction never count: any valid offset makes the group's marker come
-        offsets = [TopicPartition(config.input_topic, number, 0) for number in held or [0]]
+        offsets = [TopicPartition(config.input_topic, number, 0) for number in outputs or [0]]
         try:
             self._retrying(
                 lambda: producer.send_offsets_to_transaction(
