@@ -148,8 +148,8 @@ def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(own_broker: Loc
 @pytest.mark.slow
 @pytest.mark.skipif(
     not os.environ.get("STRESS_TESTS"),
-    reason="stress test, set STRESS_TESTS=1: a broker that loses the marker of a transaction that had asked to "
-    "commit leaves records only an operator can end, and the worker then refuses (exit 2) by design",
+    reason="stress test (timing-dependent, about 90 s), set STRESS_TESTS=1: a broker that loses a marker of a "
+    "transaction whose batch the group committed leaves records only an operator can end (exit 2, by design)",
 )
 def test_broker_restarts_and_worker_kills_in_turn_leave_no_needless_exit(
     own_broker: LocalBroker, tmp_path: Path
