@@ -52,7 +52,7 @@ from reconcile.scan import OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store import clock
 from store.aging import AgingPolicy, age_step
-from store.codec import encode_ids
+from store.codec import StoreState, encode_ids
 from store.dedup_store import DedupStore
 from store.footprint import dir_bytes
 from store.layout import store_path
@@ -780,7 +780,7 @@ class Worker:
             "from the output before its next batch",
             lost,
         )
-        covered = {number: owned.store.state.input_offset for number, owned in self._partitions.items()}
+        covered = {number: owned.store.state for number, owned in self._partitions.items()}
         self._discard_producer(touch=not lost.hung)
         self._leave_group()
         self._reader.close()
@@ -788,22 +788,24 @@ class Worker:
         self._start_clients(covered, commit_requested=lost.commit_requested)
         self._write_status()
 
-    def _start_clients(self, covered: dict[int, int], *, commit_requested: bool = False) -> None:
+    def _start_clients(self, covered: dict[int, StoreState], *, commit_requested: bool = False) -> None:
         """A new producer (which fences any earlier one and settles its last transaction), then a consumer that
         joins the group once what the earlier producer may have left open is aborted (see
-        ``_abort_what_was_left_open``). ``covered``: the partitions held before, each with the next input offset
-        its store covers, whose outputs may be swept; ``commit_requested``: whether the failed transaction had
-        asked to commit, so that only partitions whose failed batch the group did not commit are swept."""
+        ``_abort_what_was_left_open``). ``covered``: the partitions held before, each with its
+        store's state (the input and output offsets it covers), whose outputs may be swept; ``commit_requested``:
+        whether the failed transaction had asked to commit, so that only partitions whose failed batch the group
+        did not commit are swept."""
         self._producer = self._start_producer()
         self._consumer = self._start_consumer()
         if commit_requested:
-            self._abort_what_was_left_open([])  # the group's pending offsets first: its committed ones then read
-            self._abort_what_was_left_open(self._batches_not_committed(covered))
+            self._abort_what_was_left_open({})  # the group's pending offsets first: its committed ones then read
+            uncommitted = self._batches_not_committed(covered)
+            self._abort_what_was_left_open({number: covered[number].output_offset for number in uncommitted})
         else:
-            self._abort_what_was_left_open(sorted(covered))
+            self._abort_what_was_left_open({number: state.output_offset for number, state in covered.items()})
         self._subscribe()
 
-    def _batches_not_committed(self, covered: dict[int, int]) -> list[int]:
+    def _batches_not_committed(self, covered: dict[int, StoreState]) -> list[int]:
         """The partitions whose group offset is not past what their store covers: the failed transaction's batch
         of them was not committed (it is read again), so records of it left open may be aborted. With its
         offsets committed, its records were meant to count: they are left alone (recovery then waits for them)."""
@@ -813,7 +815,9 @@ class Worker:
         except KafkaException as error:
             log.warning("cannot read the group's committed offsets (%s): no output partition is swept", describe(error))
             return []
-        return sorted(tp.partition for tp in committed if tp.error is None and tp.offset <= covered[tp.partition])
+        return sorted(
+            tp.partition for tp in committed if tp.error is None and tp.offset <= covered[tp.partition].input_offset
+        )
 
     def _count_restart(self, reason: str) -> None:
         """Too many client restarts in a row is a fight a process restart will not win either: end the run."""
@@ -907,20 +911,36 @@ class Worker:
         stable = self._retrying(lambda: reader.bounds(topic, partition).end, "reading the output's stable end")
         return stable, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
 
-    def _abort_what_was_left_open(self, outputs: list[int]) -> None:
+    def _abort_what_was_left_open(self, outputs: dict[int, int]) -> None:
         """End as aborted what an earlier producer of this worker's id left open that a broker still holds: at
         start, and after a failed transaction. A broker that crashed mid-transaction can lose the markers its
         coordinator sends: the group then keeps the transaction's offsets pending (its committed offsets never
         become stable, so the consumer never starts), and an output partition keeps its records open (its last
         stable offset stuck below its end). One transaction of this producer's id that sends offsets to the
         group and writes an empty record to each of ``outputs`` left open (never visible to read_committed
-        readers), then aborts, makes the brokers close what this id left open there.
+        readers), then aborts, makes the brokers close what this id left open there. ``outputs`` maps each
+        partition to the output offset its store covers: records open from below it belong to a batch the
+        store recorded as committed (a commit whose markers the broker lost), and are never aborted; recovery
+        then refuses to read past them.
 
         Pending offsets are always safe to drop: the batch is read again and recovery, which reads the output,
         drops what was published. Open output records only where the failed batch is read again (see
         ``_start_clients``): then nothing of them can have been meant to count."""
         config, producer = self.config, self._producer
-        open_outputs = [(number, *span) for number in outputs if (span := self._open_span(number))[0] < span[1]]
+        open_outputs = []
+        for number, covered in sorted(outputs.items()):
+            stable, end = self._open_span(number)
+            if stable < end and stable >= covered:
+                open_outputs.append((number, stable, end))
+            elif stable < end:
+                log.warning(
+                    "partition %d: output offsets %d..%d are still open from below what its store covers (%d): a "
+                    "committed batch whose markers the broker lost, left alone",
+                    number,
+                    stable,
+                    end,
+                    covered,
+                )
         for number, stable, end in open_outputs:
             log.warning(
                 "partition %d: output offsets %d..%d are still open after the failed transaction: aborting them",
@@ -934,7 +954,7 @@ class Worker:
         # delivered before the abort: an abort discards what is unsent, and its markers reach only what it wrote to
         producer.flush(config.kafka.timeout_s)
         # offsets of an aborted transaction never count: any valid offset makes the group's marker come
-        offsets = [TopicPartition(config.input_topic, number, 0) for number in outputs or [0]]
+        offsets = [TopicPartition(config.input_topic, number, 0) for number in sorted(outputs) or [0]]
         try:
             self._retrying(
                 lambda: producer.send_offsets_to_transaction(
