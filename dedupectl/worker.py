@@ -5,9 +5,10 @@ Why this is exactly-once (docs/guide.md, "Why a crash at any point neither dupli
 - the transaction makes publishing and advancing the input offset one atomic step, and fences zombies;
 - the store is written only after the commit, so it may lag the output but never lead it;
 - before a partition's first batch after any assignment, recovery reads the output partition from the
-  store's covered output offset to its end (read_committed) and records what the store lacks. Recovery runs
-  once the consumer already holds a stable committed position (read_committed fetches wait for pending
-  transactional offsets), so no earlier owner's transaction can still commit behind it.
+  store's covered output offset to its end (read_committed) and records what the store lacks. It first waits
+  until no transaction is open on that output partition (its last stable offset at its end): a stable
+  committed input position alone does not rule out an earlier owner's transaction that holds no offsets and
+  commits behind recovery.
 A crash anywhere therefore costs at most a re-read; it never publishes an id twice nor drops one.
 """
 
