@@ -14,10 +14,12 @@ Under ``spark-submit`` (``--print-submit``) Spark is already configured: the ses
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -184,6 +186,33 @@ def executor_python(settings: SparkSettings) -> str | None:
     return sys.executable if settings.local or _STANDALONE.match(settings.master) else None
 
 
+def loopback_master(master: str) -> bool:
+    """True for a ``spark://`` master whose every host is a loopback address of this machine (127.0.0.0/8,
+    ``::1``, or a name that resolves only to those): its workers, and so its executors, run on this host."""
+    standalone = _STANDALONE.match(master)
+    if not standalone:
+        return False
+    for host_port in standalone["hosts"].split(","):
+        host = host_port.rpartition(":")[0].strip("[]")
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except (OSError, UnicodeError):
+            return False
+        if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+            return False
+    return True
+
+
+def driver_address(master: str) -> dict[str, str]:
+    """Where the driver listens and what it tells executors to connect to, for a cluster master: 127.0.0.1
+    when the master is on loopback (Spark would pick the host's name, or another interface's address when
+    that name resolves to loopback: the driver would listen off loopback for a cluster that lives on it);
+    else Spark's own choice (``--conf spark.driver.host=…`` where executors cannot reach that)."""
+    if loopback_master(master):
+        return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    return {}
+
+
 @contextmanager
 def _python_for_executors(python: str | None) -> Iterator[None]:
     """PySpark's driver takes the executors' interpreter from ``PYSPARK_PYTHON`` when the context starts (it
@@ -242,6 +271,7 @@ def spark_conf_entries(settings: SparkSettings, jars: ConnectorJars | None, log_
         )
     else:
         conf["spark.master"] = settings.master
+        conf.update(driver_address(settings.master))
     python = executor_python(settings)
     if python is not None:
         conf["spark.pyspark.python"] = python
@@ -317,6 +347,9 @@ def submit_command(settings: SparkSettings, jars: ConnectorJars | None, job_args
         command += ["--jars", ",".join(str(jar) for jar in jars.jars)]
     for key, value in settings.conf.items():
         command += ["--conf", f"{key}={value}"]
+    for key, value in driver_address(settings.master).items():
+        if key not in settings.conf:
+            command += ["--conf", f"{key}={value}"]
     python = executor_python(settings)
     if python is not None and "spark.pyspark.python" not in settings.conf:
         # the driver spark-submit starts and its executors import dedupectl: this interpreter has it
