@@ -59,6 +59,7 @@ logger.kafka.level = warn
 
 _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
 _STANDALONE = re.compile(r"^spark://(?P<hosts>[^/]+)$")
+_DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
 _OTHER_MASTERS = re.compile(r"^(yarn|k8s://.+|mesos://.+)$")
 # settings under which a master accepts no request before an authentication or TLS handshake
 _SECURED_RPC = ("spark.authenticate", "spark.network.crypto.enabled", "spark.ssl.rpc.enabled")
@@ -203,13 +204,13 @@ def loopback_master(master: str) -> bool:
     return True
 
 
-def driver_address(master: str) -> dict[str, str]:
+def driver_address(settings: SparkSettings) -> dict[str, str]:
     """Where the driver listens and what it tells executors to connect to, for a cluster master: 127.0.0.1
     when the master is on loopback (Spark would pick the host's name, or another interface's address when
     that name resolves to loopback: the driver would listen off loopback for a cluster that lives on it);
-    else Spark's own choice (``--conf spark.driver.host=…`` where executors cannot reach that)."""
-    if loopback_master(master):
-        return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    else, or when the operator set either, Spark's own choice and the operator's ``--conf``."""
+    if not any(key in settings.conf for key in _DRIVER_ADDRESS) and loopback_master(settings.master):
+        return dict.fromkeys(_DRIVER_ADDRESS, "127.0.0.1")
     return {}
 
 
@@ -271,7 +272,7 @@ def spark_conf_entries(settings: SparkSettings, jars: ConnectorJars | None, log_
         )
     else:
         conf["spark.master"] = settings.master
-        conf.update(driver_address(settings.master))
+        conf.update(driver_address(settings))
     python = executor_python(settings)
     if python is not None:
         conf["spark.pyspark.python"] = python
@@ -347,9 +348,8 @@ def submit_command(settings: SparkSettings, jars: ConnectorJars | None, job_args
         command += ["--jars", ",".join(str(jar) for jar in jars.jars)]
     for key, value in settings.conf.items():
         command += ["--conf", f"{key}={value}"]
-    for key, value in driver_address(settings.master).items():
-        if key not in settings.conf:
-            command += ["--conf", f"{key}={value}"]
+    for key, value in driver_address(settings).items():
+        command += ["--conf", f"{key}={value}"]
     python = executor_python(settings)
     if python is not None and "spark.pyspark.python" not in settings.conf:
         # the driver spark-submit starts and its executors import dedupectl: this interpreter has it

@@ -18,6 +18,7 @@ from dedupectl.spark.session import (
     job_arguments,
     parse_conf,
     spark_conf_entries,
+    submit_command,
 )
 from dedupectl.spark.sources import FileSource, TopicSource
 
@@ -95,6 +96,21 @@ def test_configuration_of_a_local_and_a_cluster_job(tmp_path):
     assert cluster["spark.master"] == "spark://master:7077"
     assert cluster["spark.pyspark.python"] == sys.executable and "spark.ui.enabled" not in cluster
     assert "spark.pyspark.python" not in spark_conf_entries(SparkSettings("yarn"), None, None)  # executors elsewhere
+
+
+def test_the_driver_listens_on_loopback_for_a_cluster_on_loopback():
+    assert "spark.driver.host" not in spark_conf_entries(SparkSettings("spark://master:7077"), None, None)
+    assert "spark.driver.host" not in spark_conf_entries(SparkSettings("spark://127.0.0.1:1,10.9.9.9:2"), None, None)
+    for master in ("spark://127.0.0.1:7077", "spark://localhost:7077", "spark://[::1]:7077"):
+        conf = spark_conf_entries(SparkSettings(master), None, None)
+        assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1"), master
+    assert "spark.driver.host=127.0.0.1" in submit_command(SparkSettings("spark://127.0.0.1:7077"), None, ["audit"])
+    # the operator's --conf of either wins, and the other is left to Spark (never a host the driver does not bind)
+    chosen = SparkSettings("spark://127.0.0.1:7077", {"spark.driver.bindAddress": "0.0.0.0"})
+    conf = spark_conf_entries(chosen, None, None)
+    assert conf["spark.driver.bindAddress"] == "0.0.0.0" and "spark.driver.host" not in conf
+    command = " ".join(submit_command(chosen, None, ["audit"]))
+    assert "spark.driver.bindAddress=0.0.0.0" in command and "spark.driver.host" not in command
 
 
 def test_the_executors_interpreter_is_the_operators_choice_first(monkeypatch):
