@@ -50,6 +50,7 @@ def node_env(root: Path) -> dict[str, str]:
         PATH=f"{stubs}:{BARE_PATH}",
         SPARK_HOME=str(spark_home()),
         SPARK_LOCAL_IP="127.0.0.1",  # every daemon and executor binds loopback only
+        SPARK_LOCAL_DIRS=str(root / "local"),  # the executors' scratch space, with the rest of the cluster's files
         SPARK_DAEMON_MEMORY=DAEMON_MEMORY,
         SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
     )

@@ -59,10 +59,11 @@ logger.kafka.level = warn
 
 _LOCAL = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$")
 _STANDALONE = re.compile(r"^spark://(?P<hosts>[^/]+)$")
-_DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
 _OTHER_MASTERS = re.compile(r"^(yarn|k8s://.+|mesos://.+)$")
 # settings under which a master accepts no request before an authentication or TLS handshake
 _SECURED_RPC = ("spark.authenticate", "spark.network.crypto.enabled", "spark.ssl.rpc.enabled")
+# where the driver listens, and the address it gives executors to connect back to
+_DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
 @dataclass(frozen=True)
