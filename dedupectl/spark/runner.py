@@ -116,9 +116,9 @@ def _root_cause(error: BaseException) -> str:
             while cause.getCause() is not None and seen < 20:
                 cause, seen = cause.getCause(), seen + 1
             text = str(cause.toString())
-            # a Python worker's traceback travels inside the Java message
+            # a Python worker's traceback, or why it did not start, travels inside the outer Java message
             full = str(java.toString())
-            return full if _DEDUPE_ERROR.search(full) else text
+            return full if _DEDUPE_ERROR.search(full) or _WORKER_DID_NOT_START.search(full) else text
         except Exception:  # the JVM is gone: fall back to the Python-side text
             pass
     text = str(error)

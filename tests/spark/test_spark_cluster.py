@@ -154,7 +154,9 @@ def test_the_code_is_not_shipped_an_interpreter_without_dedupectl_fails_in_one_l
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
     pipeline = lost_and_extra(make_pipeline(partitions=1))
     args = pipeline.cli_args("audit", "--master", spark_cluster.master_url, *SMALL)
-    result = run_cli(*args, "--conf", f"spark.pyspark.python={bare / 'bin' / 'python'}", timeout=JOB_TIMEOUT_S)
+    python = ("--conf", f"spark.pyspark.python={bare / 'bin' / 'python'}")
+    once = ("--conf", "spark.task.maxFailures=1")  # the first failed task fails the job: no retries to wait for
+    result = run_cli(*args, *python, *once, timeout=JOB_TIMEOUT_S)
     _doc_says("Not shipped.", "`--conf spark.pyspark.python=…`")
     line = assert_one_line_error(result, "the executors' Python cannot import", "No module named 'dedupectl'")
     assert "spark.pyspark.python" in line and "see the Spark log" in line

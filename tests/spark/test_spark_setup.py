@@ -11,6 +11,7 @@ import pytest
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark import jars
 from dedupectl.spark.audit_sides import audit_sides
+from dedupectl.spark.runner import describe_failure
 from dedupectl.spark.session import (
     SparkSettings,
     check_master,
@@ -160,3 +161,34 @@ def test_audit_sides_from_files_topics_or_both(tmp_path):
         audit_sides(None, {**flags, "output_topic": None}, input_files=archive, env={})
     with pytest.raises(ConfigError, match="--files-format must be one of"):
         audit_sides(None, flags, input_files=archive, files_format="csv", env={})
+
+
+@pytest.mark.parametrize(
+    ("spark_text", "line"),
+    [  # what Spark reported in real runs where the executors' interpreter was missing, failed, or lacked dedupectl
+        (
+            "Job aborted due to stage failure: Lost task 1.0 in stage 0.0 (TID 1) (127.0.0.1 executor 0): "
+            'java.io.IOException: Cannot run program "/nowhere/bin/python": error=2, No such file or directory',
+            'the executors\' Python did not start: Cannot run program "/nowhere/bin/python": error=2, No such file',
+        ),
+        (
+            "org.apache.spark.SparkException: \nError from python worker:\n  exec format error\nPYTHONPATH was:\n  /x",
+            "the executors' Python did not start: exec format error",
+        ),
+        (
+            "An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            '  File "/opt/spark/python/pyspark/worker.py", line 1, in main\n'
+            "ModuleNotFoundError: No module named 'dedupectl'\n SQLSTATE: 38000",
+            "the executors' Python cannot import what the job needs: No module named 'dedupectl'",
+        ),
+        (
+            "An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            "ValueError: bad value\n SQLSTATE: 38000",
+            "Spark job failed: ValueError: bad value",
+        ),
+    ],
+)
+def test_an_executor_python_failure_is_named_in_one_line(spark_text, line, tmp_path):
+    error = describe_failure(RuntimeError(spark_text), tmp_path / "job.log")
+    assert str(error).startswith(line) and "\n" not in str(error)
+    assert str(error).endswith(f"see the Spark log {tmp_path / 'job.log'}")
