@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from spark_standalone import StandaloneCluster
 
 from dedupectl.devbroker import LocalBroker, kafka_version, resolve_kafka_version
 
@@ -86,6 +87,17 @@ def moto_endpoint_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A Spark standalone cluster on 127.0.0.1 from pyspark's own distribution: a master and one worker
+    (2 cores, 1 GiB for executors) with a plain node's environment; ``spark_cluster.master_url``."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    try:
+        yield cluster
+    finally:  # the daemons run in their own sessions and would outlive pytest
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

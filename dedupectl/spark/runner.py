@@ -26,6 +26,13 @@ _DEDUPE_ERROR = re.compile(
 # errors of an executor that keep their class (and so their exit code) on the driver
 _KEPT_ERRORS = {cls.__name__: cls for cls in (PermissionDeniedError, AuthenticationError)}
 _DATA_LOSS = "Some data may have been lost"
+# an executor whose Python worker never started (the interpreter missing or failing): what it printed
+_WORKER_DID_NOT_START = re.compile(
+    r"Error from python worker:\s*\n\s*(?P<line>\S[^\n]*)|(?P<program>Cannot run program \"[^\"]*\"[^\n]*)"
+)
+# the last line of a Python traceback carried in a Java message: ``SomeError: what``
+_PYTHON_ERROR = re.compile(r"^(?P<name>[A-Z]\w*(?:Error|Exception)): (?P<message>.+)$", re.MULTILINE)
+_EXECUTOR_PYTHON = "the interpreter spark.pyspark.python names, on every node (docs/spark-cluster.md)"
 # the Java client's authorization failures, as Spark's Kafka source reports them
 _DENIED = re.compile(
     r"(?P<kind>Topic|Group)AuthorizationException: Not authorized to access (?:topics|group): \[?(?P<name>[^\]\s]+)\]?"
@@ -78,12 +85,26 @@ def describe_failure(error: BaseException, log_file: Path | None) -> DedupeError
     if denied:  # Spark's Kafka source only reads
         resource, operation = ("topic", "Read") if denied["kind"] == "Topic" else ("group", "Read")
         return permission_denied(operation, resource, denied["name"], denied.group(0))
+    did_not_start = _WORKER_DID_NOT_START.search(text)
+    if did_not_start:
+        return SparkError(
+            f"the executors' Python did not start: {(did_not_start['line'] or did_not_start['program']).strip()[:300]}",
+            f"install dedupectl in {_EXECUTOR_PYTHON}; {hint}",
+        )
+    python_errors = list(_PYTHON_ERROR.finditer(text))
+    if python_errors and python_errors[-1]["name"] in ("ModuleNotFoundError", "ImportError"):
+        return SparkError(
+            f"the executors' Python cannot import what the job needs: {python_errors[-1]['message'].strip()[:300]}",
+            f"install dedupectl with its dependencies in {_EXECUTOR_PYTHON}; {hint}",
+        )
     if _DATA_LOSS in text:
         return SparkError(
             "records of the range were deleted (retention) while the job read them",
             "run it again: the range is resolved anew; or narrow --from to what the topic still holds",
         )
     first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    if python_errors:  # the Python exception says more than the Java header that carried it
+        first = f"{python_errors[-1]['name']}: {python_errors[-1]['message'].strip()}"
     return SparkError(f"Spark job failed: {first[:400]}", hint)
 
 
@@ -95,9 +116,9 @@ def _root_cause(error: BaseException) -> str:
             while cause.getCause() is not None and seen < 20:
                 cause, seen = cause.getCause(), seen + 1
             text = str(cause.toString())
-            # a Python worker's traceback travels inside the Java message
+            # a Python worker's traceback, or why it did not start, travels inside the outer Java message
             full = str(java.toString())
-            return full if _DEDUPE_ERROR.search(full) else text
+            return full if _DEDUPE_ERROR.search(full) or _WORKER_DID_NOT_START.search(full) else text
         except Exception:  # the JVM is gone: fall back to the Python-side text
             pass
     text = str(error)

@@ -14,10 +14,12 @@ Under ``spark-submit`` (``--print-submit``) Spark is already configured: the ses
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -60,6 +62,8 @@ _STANDALONE = re.compile(r"^spark://(?P<hosts>[^/]+)$")
 _OTHER_MASTERS = re.compile(r"^(yarn|k8s://.+|mesos://.+)$")
 # settings under which a master accepts no request before an authentication or TLS handshake
 _SECURED_RPC = ("spark.authenticate", "spark.network.crypto.enabled", "spark.ssl.rpc.enabled")
+# where the driver listens, and the address it gives executors to connect back to
+_DRIVER_ADDRESS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,33 @@ def executor_python(settings: SparkSettings) -> str | None:
     return sys.executable if settings.local or _STANDALONE.match(settings.master) else None
 
 
+def loopback_master(master: str) -> bool:
+    """True for a ``spark://`` master whose every host is a loopback address of this machine (127.0.0.0/8,
+    ``::1``, or a name that resolves only to those): its workers, and so its executors, run on this host."""
+    standalone = _STANDALONE.match(master)
+    if not standalone:
+        return False
+    for host_port in standalone["hosts"].split(","):
+        host = host_port.rpartition(":")[0].strip("[]")
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except (OSError, UnicodeError):
+            return False
+        if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+            return False
+    return True
+
+
+def driver_address(settings: SparkSettings) -> dict[str, str]:
+    """Where the driver listens and what it tells executors to connect to, for a cluster master: 127.0.0.1
+    when the master is on loopback (Spark would pick the host's name, or another interface's address when
+    that name resolves to loopback: the driver would listen off loopback for a cluster that lives on it);
+    else, or when the operator set either, Spark's own choice and the operator's ``--conf``."""
+    if not any(key in settings.conf for key in _DRIVER_ADDRESS) and loopback_master(settings.master):
+        return dict.fromkeys(_DRIVER_ADDRESS, "127.0.0.1")
+    return {}
+
+
 @contextmanager
 def _python_for_executors(python: str | None) -> Iterator[None]:
     """PySpark's driver takes the executors' interpreter from ``PYSPARK_PYTHON`` when the context starts (it
@@ -242,6 +273,7 @@ def spark_conf_entries(settings: SparkSettings, jars: ConnectorJars | None, log_
         )
     else:
         conf["spark.master"] = settings.master
+        conf.update(driver_address(settings))
     python = executor_python(settings)
     if python is not None:
         conf["spark.pyspark.python"] = python
@@ -316,6 +348,8 @@ def submit_command(settings: SparkSettings, jars: ConnectorJars | None, job_args
     if jars is not None:
         command += ["--jars", ",".join(str(jar) for jar in jars.jars)]
     for key, value in settings.conf.items():
+        command += ["--conf", f"{key}={value}"]
+    for key, value in driver_address(settings).items():
         command += ["--conf", f"{key}={value}"]
     python = executor_python(settings)
     if python is not None and "spark.pyspark.python" not in settings.conf:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,9 @@ from dedupectl.spark.replay import ReplayReport, ReplayRequest, run_replay
 from dedupectl.spark.sources import TopicSource
 from dedupectl.verify import count_ids
 from dedupectl.worker import RunSummary, Worker
+from reconcile.recovery import catch_up
+from reconcile.scan import OutputReader
+from store.dedup_store import DedupStore
 from store.layout import store_path
 
 # Fixed record timestamps make time ranges exact. Recent ones: the broker's retention (7 days) would delete
@@ -191,3 +195,110 @@ def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str, 
 
 def ids_of(records: Sequence[Record]) -> set[bytes]:
     return {json.loads(r.value)["messageId"].encode() for r in records}
+
+
+# -- scenarios shared by the local[2] tests and the standalone cluster's --------------------------------
+
+
+def lost_and_extra(pipeline: Pipeline) -> Pipeline:
+    """One partition: e0-e5 came in; the output lacks e3 and holds x1, which never came in."""
+    records = [event(f"e{i}") for i in range(6)]
+    pipeline.produce_input(records)
+    pipeline.publish([r for r in records if r.key != b"e3"] + [Record(b"x1", b"{}")])
+    return pipeline
+
+
+def check_lost_and_extra_audit(report: dict) -> None:
+    """``audit --json`` of ``lost_and_extra``: one loss, one extra, nothing else."""
+    assert (report["exit_code"], report["violations"]) == (1, 2)
+    (p0,) = report["partitions"]
+    assert (p0["input_records"], p0["distinct_ids"], p0["losses"], p0["extras"]) == (6, 6, 1, 1)
+    assert {(s["kind"], s["id"]) for s in report["samples"]} == {("loss", "e3"), ("extra", "x1")}
+
+
+def commit_group_offsets(pipeline: Pipeline, offsets: dict[int, int]) -> None:
+    """Commit the worker group's input offsets, as a worker that has consumed up to there leaves them."""
+    consumer = Consumer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "group.id": pipeline.group_id})
+    try:
+        consumer.commit(
+            offsets=[TopicPartition(pipeline.input_topic, p, o) for p, o in offsets.items()], asynchronous=False
+        )
+    finally:
+        consumer.close()
+
+
+def worker_behind(pipeline: Pipeline) -> list[Record]:
+    """One partition whose worker is still catching up, and lost e2; returns the input records.
+
+    Offsets: e0-e5 0-5, a record without an id 6, e6-e9 7-10. The worker consumed offsets 0-4 (committed 5)
+    and published them, but e2 is lost from the output. Then it went on: e5 is in its store, not yet in the
+    output replay reads (the output was read a moment before the store, while the worker published e5).
+    e6-e9 and the record without an id it has not reached."""
+    records = [event(f"e{i}") for i in range(6)] + [Record(None, b"not json")]
+    records += [event(f"e{i}") for i in range(6, 10)]
+    pipeline.produce_input(records)
+    pipeline.publish([event(i) for i in ("e0", "e1", "e3", "e4")])
+    commit_group_offsets(pipeline, {0: 5})
+    with DedupStore.open(pipeline.store_path(0), topic=pipeline.input_topic, partition=0) as store:
+        store.record([b"e0", b"e1", b"e3", b"e4", b"e5"], [0] * 5)
+    return records
+
+
+def worker_behind_replay_args(pipeline: Pipeline) -> list[str]:
+    return pipeline.cli_args("replay", "--group-id", pipeline.group_id, "-d", str(pipeline.data_dir), "--json")
+
+
+def check_worker_behind_replay(pipeline: Pipeline, records: Sequence[Record], report: dict) -> None:
+    """``replay --json`` of ``worker_behind``: e2 re-driven, the ids beyond the group's offset apart."""
+    (p0,) = report["partitions"]
+    assert (p0["committed_offset"], p0["not_yet_consumed"], p0["invalid_records"]) == (5, 5, 1)
+    assert (p0["missing"], p0["held_by_store"], p0["replayed"]) == (1, 0, 1)
+    assert [s["id"] for s in report["samples"]] == ["e2"]
+    assert (report["not_yet_consumed"], report["invalid_records"]) == (5, 1)
+
+    consumer = Consumer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "group.id": "check"})
+    try:  # the one replayed record is e2, appended to the input with where it came from
+        consumer.assign([TopicPartition(pipeline.input_topic, 0, len(records))])
+        message = consumer.poll(15)
+        assert message is not None and message.key() == b"e2"
+        assert dict(message.headers())["dedupectl.replayed-from"] == f"{pipeline.input_topic}[0]@2".encode()
+    finally:
+        consumer.close()
+
+
+def messy_output(pipeline: Pipeline) -> None:
+    """One output partition as a rebuild finds it after incidents: 2,500 ids of three shapes in two
+    transactions, two of them published twice, and one record without a key."""
+    ids = []
+    for i in range(2500):
+        ids.append([f"ajs-{uuid.UUID(int=i * 7919).hex}", str(uuid.UUID(int=i * 104729 + 1)), f"raw-{i}"][i % 3])
+    records = [Record(i.encode(), b"{}", timestamp_ms=BASE_MS + n * 10) for n, i in enumerate(ids)]
+    pipeline.publish(records[:1500], name="a")
+    pipeline.publish([records[10], records[1400], Record(None, b"{}"), *records[1500:]], name="b")
+
+
+def check_messy_output_rebuild(report: dict) -> None:
+    """``rebuild --json`` (or the report's fields) of ``messy_output``."""
+    assert (report["ids"], report["duplicate_records"], report["unkeyed_records"]) == (2500, 2, 1)
+    assert report["records_read"] == 2503
+    assert not report["without_duplicates"]  # numbered the general way: first occurrences, then ranks
+
+
+def store_contents(path: Path) -> tuple:
+    """Everything the store answers: state, (seq, id) in order, and (seq, timestamp) of every id."""
+    with DedupStore.open_secondary(path) as store:
+        order = list(store.iter_by_seq())
+        lookups = store.lookup_many([message_id for _, message_id in order])
+        state = store.state
+    return (state.next_seq, state.first_live_seq), order, lookups
+
+
+def recovered_store(pipeline: Pipeline, folder: Path, partition: int = 0) -> Path:
+    """The store the worker's recovery records from the whole output partition, at ``folder``/store."""
+    recovered = folder / "store"
+    with (
+        DedupStore.open(recovered, topic=pipeline.input_topic, partition=partition) as store,
+        OutputReader(pipeline.kafka) as reader,
+    ):
+        catch_up(store, reader, pipeline.output_topic, partition)
+    return recovered

@@ -15,12 +15,17 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from spark_support import Record, assert_one_line_error, event, run_cli
+from spark_support import (
+    assert_one_line_error,
+    check_worker_behind_replay,
+    event,
+    run_cli,
+    worker_behind,
+    worker_behind_replay_args,
+)
 
 from dedupectl.spark.rpc_probe import spark_rpc_problem
 from dedupectl.spark.session import check_master
-from store.dedup_store import DedupStore
 
 VENV_BIN = Path(sys.executable).parent
 BARE_PATH = "/usr/local/bin:/usr/bin:/bin"  # what a unit's or a cron job's PATH holds: not the venv
@@ -33,53 +38,21 @@ def _bare_env() -> dict[str, str]:
     return env
 
 
-def _commit(pipeline, offsets: dict[int, int]) -> None:
-    """Commit the worker group's input offsets, as a worker that has consumed up to there leaves them."""
-    consumer = Consumer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "group.id": pipeline.group_id})
-    try:
-        consumer.commit(
-            offsets=[TopicPartition(pipeline.input_topic, p, o) for p, o in offsets.items()], asynchronous=False
-        )
-    finally:
-        consumer.close()
-
-
 def test_replay_by_path_outside_the_venv_while_the_worker_is_behind(make_pipeline):
     python3 = shutil.which("python3", path=BARE_PATH)
     if python3 is None or subprocess.run([python3, "-c", "import pyspark"], capture_output=True).returncode == 0:
         pytest.skip("needs a python3 on the bare PATH that lacks pyspark (what executors find on a plain host)")
     pipeline = make_pipeline(partitions=1)
-    records = [event(f"e{i}") for i in range(6)] + [Record(None, b"not json")]
-    records += [event(f"e{i}") for i in range(6, 10)]  # offsets: e0-e5 0-5, the record without an id 6, e6-e9 7-10
-    pipeline.produce_input(records)
-    # The worker consumed offsets 0-4 (committed 5) and published them, but e2 is lost from the output. Then
-    # it went on: e5 is in its store, not yet in the output replay reads (the output was read a moment before
-    # the store, while the worker published e5). e6-e9 and the record without an id it has not reached.
-    pipeline.publish([event(i) for i in ("e0", "e1", "e3", "e4")])
-    _commit(pipeline, {0: 5})
-    with DedupStore.open(pipeline.store_path(0), topic=pipeline.input_topic, partition=0) as store:
-        store.record([b"e0", b"e1", b"e3", b"e4", b"e5"], [0] * 5)
-
-    args = pipeline.cli_args("replay", "--group-id", pipeline.group_id, "-d", str(pipeline.data_dir), "--json")
+    records = worker_behind(pipeline)
     result = subprocess.run(
-        [str(VENV_BIN / "dedupectl"), *args], capture_output=True, text=True, timeout=240, env=_bare_env()
+        [str(VENV_BIN / "dedupectl"), *worker_behind_replay_args(pipeline)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=_bare_env(),
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    (p0,) = report["partitions"]
-    assert (p0["committed_offset"], p0["not_yet_consumed"], p0["invalid_records"]) == (5, 5, 1)
-    assert (p0["missing"], p0["held_by_store"], p0["replayed"]) == (1, 0, 1)
-    assert [s["id"] for s in report["samples"]] == ["e2"]
-    assert (report["not_yet_consumed"], report["invalid_records"]) == (5, 1)
-
-    consumer = Consumer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "group.id": "check"})
-    try:  # the one replayed record is e2, appended to the input with where it came from
-        consumer.assign([TopicPartition(pipeline.input_topic, 0, len(records))])
-        message = consumer.poll(15)
-        assert message is not None and message.key() == b"e2"
-        assert dict(message.headers())["dedupectl.replayed-from"] == f"{pipeline.input_topic}[0]@2".encode()
-    finally:
-        consumer.close()
+    check_worker_behind_replay(pipeline, records, json.loads(result.stdout))
 
 
 def test_a_port_where_no_spark_master_answers_is_one_line_at_once(make_pipeline):
@@ -117,7 +90,8 @@ def silent_port():
     server.close()
 
 
-def test_the_master_probe_tells_spark_from_the_rest(silent_port, spark_master_port):
+def test_the_master_probe_tells_spark_from_the_rest(silent_port, spark_cluster):
+    spark_master_port = spark_cluster.master_port  # a real standalone master from pyspark's distribution
     assert spark_rpc_problem("127.0.0.1", spark_master_port, 3.0) is None
     check_master(f"spark://127.0.0.1:{silent_port},127.0.0.1:{spark_master_port}")  # one answering is enough
     started = time.monotonic()
@@ -127,33 +101,3 @@ def test_the_master_probe_tells_spark_from_the_rest(silent_port, spark_master_po
     # a master that wants an authentication handshake first is only connected to
     assert spark_rpc_problem("127.0.0.1", silent_port, 1.0, speak=False) is None
     check_master(f"spark://127.0.0.1:{silent_port}", conf={"spark.authenticate": "true"})
-
-
-@pytest.fixture(scope="module")
-def spark_master_port(tmp_path_factory):
-    """A real Spark standalone master from pyspark's own distribution, on 127.0.0.1."""
-    import pyspark
-
-    home = Path(pyspark.__file__).resolve().parent
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = tmp_path_factory.mktemp("spark-master") / "master.log"
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
-    command = [str(home / "bin" / "spark-class"), "org.apache.spark.deploy.master.Master"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while b"ALIVE" not in log.read_bytes():
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
-            time.sleep(0.2)
-        yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)

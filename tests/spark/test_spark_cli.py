@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
-from spark_support import Record, event, run_cli
+from spark_support import check_lost_and_extra_audit, lost_and_extra, run_cli
 from typer.testing import CliRunner
 
 from dedupectl.cli.app import app
@@ -21,22 +21,14 @@ from dedupectl.spark.session import SparkSettings
 @pytest.fixture
 def incident(make_pipeline):
     """A one-partition pipeline whose output lacks e3 and holds x1 that never came in."""
-    pipeline = make_pipeline(partitions=1)
-    records = [event(f"e{i}") for i in range(6)]
-    pipeline.produce_input(records)
-    pipeline.publish([r for r in records if r.key != b"e3"] + [Record(b"x1", b"{}")])
-    return pipeline
+    return lost_and_extra(make_pipeline(partitions=1))
 
 
 def test_audit_and_replay_commands(incident, spark_session):
     runner = CliRunner()
     result = runner.invoke(app, incident.cli_args("audit", "--json"), catch_exceptions=False)
     assert result.exit_code == 1
-    report = json.loads(result.stdout)
-    assert (report["exit_code"], report["violations"]) == (1, 2)
-    (p0,) = report["partitions"]
-    assert (p0["input_records"], p0["distinct_ids"], p0["losses"], p0["extras"]) == (6, 6, 1, 1)
-    assert {(s["kind"], s["id"]) for s in report["samples"]} == {("loss", "e3"), ("extra", "x1")}
+    check_lost_and_extra_audit(json.loads(result.stdout))
 
     table = runner.invoke(app, incident.cli_args("audit"), catch_exceptions=False)
     assert table.exit_code == 1

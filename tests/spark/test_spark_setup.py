@@ -11,6 +11,7 @@ import pytest
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark import jars
 from dedupectl.spark.audit_sides import audit_sides
+from dedupectl.spark.runner import describe_failure
 from dedupectl.spark.session import (
     SparkSettings,
     check_master,
@@ -18,6 +19,7 @@ from dedupectl.spark.session import (
     job_arguments,
     parse_conf,
     spark_conf_entries,
+    submit_command,
 )
 from dedupectl.spark.sources import FileSource, TopicSource
 
@@ -97,6 +99,21 @@ def test_configuration_of_a_local_and_a_cluster_job(tmp_path):
     assert "spark.pyspark.python" not in spark_conf_entries(SparkSettings("yarn"), None, None)  # executors elsewhere
 
 
+def test_the_driver_listens_on_loopback_for_a_cluster_on_loopback():
+    assert "spark.driver.host" not in spark_conf_entries(SparkSettings("spark://master:7077"), None, None)
+    assert "spark.driver.host" not in spark_conf_entries(SparkSettings("spark://127.0.0.1:1,10.9.9.9:2"), None, None)
+    for master in ("spark://127.0.0.1:7077", "spark://localhost:7077", "spark://[::1]:7077"):
+        conf = spark_conf_entries(SparkSettings(master), None, None)
+        assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == ("127.0.0.1", "127.0.0.1"), master
+    assert "spark.driver.host=127.0.0.1" in submit_command(SparkSettings("spark://127.0.0.1:7077"), None, ["audit"])
+    # the operator's --conf of either wins, and the other is left to Spark (never a host the driver does not bind)
+    chosen = SparkSettings("spark://127.0.0.1:7077", {"spark.driver.bindAddress": "0.0.0.0"})
+    conf = spark_conf_entries(chosen, None, None)
+    assert conf["spark.driver.bindAddress"] == "0.0.0.0" and "spark.driver.host" not in conf
+    command = " ".join(submit_command(chosen, None, ["audit"]))
+    assert "spark.driver.bindAddress=0.0.0.0" in command and "spark.driver.host" not in command
+
+
 def test_the_executors_interpreter_is_the_operators_choice_first(monkeypatch):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     assert executor_python(SparkSettings("local[2]")) == sys.executable
@@ -144,3 +161,34 @@ def test_audit_sides_from_files_topics_or_both(tmp_path):
         audit_sides(None, {**flags, "output_topic": None}, input_files=archive, env={})
     with pytest.raises(ConfigError, match="--files-format must be one of"):
         audit_sides(None, flags, input_files=archive, files_format="csv", env={})
+
+
+@pytest.mark.parametrize(
+    ("spark_text", "line"),
+    [  # what Spark reported in real runs where the executors' interpreter was missing, failed, or lacked dedupectl
+        (
+            "Job aborted due to stage failure: Lost task 1.0 in stage 0.0 (TID 1) (127.0.0.1 executor 0): "
+            'java.io.IOException: Cannot run program "/nowhere/bin/python": error=2, No such file or directory',
+            'the executors\' Python did not start: Cannot run program "/nowhere/bin/python": error=2, No such file',
+        ),
+        (
+            "org.apache.spark.SparkException: \nError from python worker:\n  exec format error\nPYTHONPATH was:\n  /x",
+            "the executors' Python did not start: exec format error",
+        ),
+        (
+            "An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            '  File "/opt/spark/python/pyspark/worker.py", line 1, in main\n'
+            "ModuleNotFoundError: No module named 'dedupectl'\n SQLSTATE: 38000",
+            "the executors' Python cannot import what the job needs: No module named 'dedupectl'",
+        ),
+        (
+            "An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            "ValueError: bad value\n SQLSTATE: 38000",
+            "Spark job failed: ValueError: bad value",
+        ),
+    ],
+)
+def test_an_executor_python_failure_is_named_in_one_line(spark_text, line, tmp_path):
+    error = describe_failure(RuntimeError(spark_text), tmp_path / "job.log")
+    assert str(error).startswith(line) and "\n" not in str(error)
+    assert str(error).endswith(f"see the Spark log {tmp_path / 'job.log'}")
