@@ -39,6 +39,7 @@ sys.path[0] = str(ROOT)  # import `benchmarks.peers` from the checkout; this fol
 import confluent_kafka  # noqa: E402
 
 from benchmarks.peers import env, report  # noqa: E402
+from benchmarks.peers.jvm_build import JvmBuildFailed, jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
@@ -102,12 +103,24 @@ def main() -> None:
         versions["confluent-kafka (peers)"] = versions.pop("confluent-kafka")
         versions["librdkafka (peers)"] = versions.pop("librdkafka")
         versions["redis-py"] = versions.pop("redis")
+    jvm = None
+    if any(s.needs_jvm for s in systems):
+        try:
+            jvm = jvm_peers(versions["kafka"], log=console.print)
+        except JvmBuildFailed as error:
+            raise SystemExit(f"error: {error}") from None
+        versions.update(env.jvm_versions(jvm.classpath))
     redis_executable = None
     if any(s.needs_redis for s in systems):
         redis_executable = env.find_redis_server(install=not args.no_install, log=console.print)
 
     spec = SampleSpec(args.count, duplicate_ratio=args.duplicates, id_style=args.id_style)
-    expected = frozenset(record.key for record in generate(spec) if record.kind == "new")
+    expected, value_bytes = set(), 0
+    for record in generate(spec):
+        value_bytes += len(record.value)
+        if record.kind == "new":
+            expected.add(record.key)
+    expected = frozenset(expected)
     clean: dict[str, dict] = {}
     crash: dict[str, dict] = {}
     with (
@@ -138,11 +151,15 @@ def main() -> None:
             kill_fraction=args.kill_fraction,
             process_timeout=args.process_timeout,
             settle_timeout=args.settle_timeout,
+            jvm=jvm,
+            broker_data_dir=broker.state_dir / "data",
+            count=args.count,
+            record_size=round(value_bytes / max(args.count, 1)),
         )
         for system in systems:
             clean[system.name] = _attempt(f"{system.name}: clean run", lambda s=system: clean_run(ctx, s))
         if not args.no_crash:
-            for system in systems:
+            for system in (s for s in systems if not s.kafka_tool):  # a perf tool has no output to check
                 published = clean[system.name].get("output_check", {}).get("records") or len(expected)
                 kill_at = max(int(published * args.kill_fraction), 1)
                 crash[system.name] = _attempt(
@@ -167,6 +184,7 @@ def main() -> None:
             "window_seconds": ctx.window_seconds,
             "kill_fraction": args.kill_fraction,
             "memory_from_ids": ctx.memory_from_ids,
+            "record_size": ctx.record_size,
         },
         "clean": clean,
         "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),

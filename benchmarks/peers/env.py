@@ -157,6 +157,21 @@ class RedisServer:
             raise OSError(f"redis answered {header!r}")
 
 
+# --- the JVM peers -----------------------------------------------------------------------------------------
+
+
+def jvm_versions(classpath: str) -> dict[str, str]:
+    """The Java runtime and the versions of the jars on the JVM peers' classpath that the results name."""
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr.splitlines()
+    found = {"java": java[0].strip() if java else "?"}
+    for folder in (Path(entry.rstrip("*")) for entry in classpath.split(os.pathsep) if entry.endswith("*")):
+        for jar in folder.glob("*.jar"):
+            name, _, version = jar.stem.rpartition("-")
+            if name in ("kafka-streams", "rocksdbjni"):
+                found[name] = version
+    return found
+
+
 # --- the machine --------------------------------------------------------------------------------------------
 
 
