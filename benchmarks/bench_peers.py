@@ -8,13 +8,18 @@ its own group into its own output topic (see benchmarks/peers/):
 
 - copy: a bare transactional copy (the floor); naive: the seed's loop, one transaction per message
   (time-bounded); redis: ``SET NX EX`` in front of a plain consumer/producer; quix: a Quix Streams
-  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``.
+  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``;
+- kstreams, kstreams-2t: a Kafka Streams exactly_once_v2 app with a RocksDB key-value store of messageIds
+  (1 and 2 stream threads); java-copy: the transactional copy in Java; producer-perf, consumer-perf: Kafka's
+  own ProducerPerformance and ConsumerPerformance, the ceiling (their own throughput; no crash run).
 
 Per system: throughput, duplicates and losses read back with read_committed, peak RSS, memory per retained id,
-state bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates, losses and the time from
-the restart to the first record published. The Quix and Redis peers run in benchmarks/.venv-peers (created on
-first use from benchmarks/requirements-peers.txt); Redis is Debian's redis-server, installed if missing (as
-root) and started on a free 127.0.0.1 port per run. Writes benchmarks/results/peers.md and peers.json.
+state bytes per id, changelog bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates,
+losses and the time from the restart to the first record published. The Quix and Redis peers run in
+benchmarks/.venv-peers (created on first use from benchmarks/requirements-peers.txt); Redis is Debian's
+redis-server, installed if missing (as root) and started on a free 127.0.0.1 port per run. The JVM peers are
+built with Maven at the broker's Kafka release on first use (benchmarks/peers/jvm_build.py). Writes
+benchmarks/results/peers.md and peers.json.
 """
 
 from __future__ import annotations
@@ -65,7 +70,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--idle-seconds", type=float, default=10.0, help="a system exits after this long idle (not timed)"
     )
-    parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX and Quix TTL")
+    parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX, Quix and Kafka Streams TTL")
     parser.add_argument("--process-timeout", type=float, default=3600.0, help="longest one process may run")
     parser.add_argument(
         "--settle-timeout", type=float, default=300.0, help="longest wait for a killed run's open transaction"
