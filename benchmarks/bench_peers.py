@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -76,6 +77,7 @@ def _arguments() -> argparse.Namespace:
         "--settle-timeout", type=float, default=300.0, help="longest wait for a killed run's open transaction"
     )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
+    parser.add_argument("--note", default="", help="a line for the results page (say, what else ran on the machine)")
     parser.add_argument("--scratch", type=Path, help="keep the broker, state and logs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/peers.json")
     parser.add_argument("--markdown", type=Path, default=ROOT / "benchmarks/results/peers.md")
@@ -171,8 +173,10 @@ def main() -> None:
                     f"{system.name}: crash run", lambda s=system, k=kill_at: crash_run(ctx, s, k)
                 )
 
+    machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result = {
         "started_at": started_at,
+        "note": args.note,
         "elapsed_seconds": round(time.monotonic() - started, 1),
         "machine": machine,
         "versions": versions,

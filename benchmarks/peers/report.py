@@ -31,8 +31,10 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *_validation_note(workload["count"]),
         f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB memory, "
-        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}.",
+        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}"
+        f"{_load_at_end(machine)}.",
         "",
+        *([f"Note: {result['note']}", ""] if result.get("note") else []),
         _clean_table(result),
         "",
         *_ceiling_table(result),
@@ -65,6 +67,11 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _load_at_end(machine: dict[str, Any]) -> str:
+    at_end = machine.get("load_average_at_end")
+    return f", at the end {', '.join(map(str, at_end))}" if at_end else ""
 
 
 def _validation_note(count: int) -> list[str]:
