@@ -8,13 +8,18 @@ its own group into its own output topic (see benchmarks/peers/):
 
 - copy: a bare transactional copy (the floor); naive: the seed's loop, one transaction per message
   (time-bounded); redis: ``SET NX EX`` in front of a plain consumer/producer; quix: a Quix Streams
-  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``.
+  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``;
+- kstreams, kstreams-2t: a Kafka Streams exactly_once_v2 app with a RocksDB key-value store of messageIds
+  (1 and 2 stream threads); java-copy: the transactional copy in Java; producer-perf, consumer-perf: Kafka's
+  own ProducerPerformance and ConsumerPerformance, the ceiling (their own throughput; no crash run).
 
 Per system: throughput, duplicates and losses read back with read_committed, peak RSS, memory per retained id,
-state bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates, losses and the time from
-the restart to the first record published. The Quix and Redis peers run in benchmarks/.venv-peers (created on
-first use from benchmarks/requirements-peers.txt); Redis is Debian's redis-server, installed if missing (as
-root) and started on a free 127.0.0.1 port per run. Writes benchmarks/results/peers.md and peers.json.
+state bytes per id, changelog bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates,
+losses and the time from the restart to the first record published. The Quix and Redis peers run in
+benchmarks/.venv-peers (created on first use from benchmarks/requirements-peers.txt); Redis is Debian's
+redis-server, installed if missing (as root) and started on a free 127.0.0.1 port per run. The JVM peers are
+built with Maven at the broker's Kafka release on first use (benchmarks/peers/jvm_build.py). Writes
+benchmarks/results/peers.md and peers.json.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -39,6 +45,7 @@ sys.path[0] = str(ROOT)  # import `benchmarks.peers` from the checkout; this fol
 import confluent_kafka  # noqa: E402
 
 from benchmarks.peers import env, report  # noqa: E402
+from benchmarks.peers.jvm_build import JvmBuildFailed, jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
@@ -64,12 +71,13 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--idle-seconds", type=float, default=10.0, help="a system exits after this long idle (not timed)"
     )
-    parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX and Quix TTL")
+    parser.add_argument("--window-hours", type=float, default=24.0, help="Redis EX, Quix and Kafka Streams TTL")
     parser.add_argument("--process-timeout", type=float, default=3600.0, help="longest one process may run")
     parser.add_argument(
         "--settle-timeout", type=float, default=300.0, help="longest wait for a killed run's open transaction"
     )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
+    parser.add_argument("--note", default="", help="a line for the results page (say, what else ran on the machine)")
     parser.add_argument("--scratch", type=Path, help="keep the broker, state and logs here (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/peers.json")
     parser.add_argument("--markdown", type=Path, default=ROOT / "benchmarks/results/peers.md")
@@ -102,12 +110,24 @@ def main() -> None:
         versions["confluent-kafka (peers)"] = versions.pop("confluent-kafka")
         versions["librdkafka (peers)"] = versions.pop("librdkafka")
         versions["redis-py"] = versions.pop("redis")
+    jvm = None
+    if any(s.needs_jvm for s in systems):
+        try:
+            jvm = jvm_peers(versions["kafka"], log=console.print)
+        except JvmBuildFailed as error:
+            raise SystemExit(f"error: {error}") from None
+        versions.update(env.jvm_versions(jvm.classpath))
     redis_executable = None
     if any(s.needs_redis for s in systems):
         redis_executable = env.find_redis_server(install=not args.no_install, log=console.print)
 
     spec = SampleSpec(args.count, duplicate_ratio=args.duplicates, id_style=args.id_style)
-    expected = frozenset(record.key for record in generate(spec) if record.kind == "new")
+    expected, value_bytes = set(), 0
+    for record in generate(spec):
+        value_bytes += len(record.value)
+        if record.kind == "new":
+            expected.add(record.key)
+    expected = frozenset(expected)
     clean: dict[str, dict] = {}
     crash: dict[str, dict] = {}
     with (
@@ -138,19 +158,25 @@ def main() -> None:
             kill_fraction=args.kill_fraction,
             process_timeout=args.process_timeout,
             settle_timeout=args.settle_timeout,
+            jvm=jvm,
+            broker_data_dir=broker.state_dir / "data",
+            count=args.count,
+            record_size=round(value_bytes / max(args.count, 1)),
         )
         for system in systems:
             clean[system.name] = _attempt(f"{system.name}: clean run", lambda s=system: clean_run(ctx, s))
         if not args.no_crash:
-            for system in systems:
+            for system in (s for s in systems if not s.kafka_tool):  # a perf tool has no output to check
                 published = clean[system.name].get("output_check", {}).get("records") or len(expected)
                 kill_at = max(int(published * args.kill_fraction), 1)
                 crash[system.name] = _attempt(
                     f"{system.name}: crash run", lambda s=system, k=kill_at: crash_run(ctx, s, k)
                 )
 
+    machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result = {
         "started_at": started_at,
+        "note": args.note,
         "elapsed_seconds": round(time.monotonic() - started, 1),
         "machine": machine,
         "versions": versions,
@@ -167,6 +193,7 @@ def main() -> None:
             "window_seconds": ctx.window_seconds,
             "kill_fraction": args.kill_fraction,
             "memory_from_ids": ctx.memory_from_ids,
+            "record_size": ctx.record_size,
         },
         "clean": clean,
         "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -155,6 +156,22 @@ class RedisServer:
             if kind == b"$":
                 return reply.read(int(rest)) if int(rest) >= 0 else b""
             raise OSError(f"redis answered {header!r}")
+
+
+# --- the JVM peers -----------------------------------------------------------------------------------------
+
+
+def jvm_versions(classpath: str) -> dict[str, str]:
+    """The Java runtime and the versions of the jars on the JVM peers' classpath that the results name."""
+    banner = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
+    runtime = re.search(r'^(\w+) version "([^"]+)"', banner, re.MULTILINE)
+    found = {"java": f"{runtime.group(2)} ({runtime.group(1)})" if runtime else "?"}
+    for folder in (Path(entry.rstrip("*")) for entry in classpath.split(os.pathsep) if entry.endswith("*")):
+        for jar in folder.glob("*.jar"):
+            name, _, version = jar.stem.rpartition("-")
+            if name in ("kafka-streams", "rocksdbjni"):
+                found[name] = version
+    return found
 
 
 # --- the machine --------------------------------------------------------------------------------------------

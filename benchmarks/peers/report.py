@@ -31,10 +31,13 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         *_validation_note(workload["count"]),
         f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB memory, "
-        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}.",
+        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}"
+        f"{_load_at_end(machine)}.",
         "",
+        *([f"Note: {result['note']}", ""] if result.get("note") else []),
         _clean_table(result),
         "",
+        *_ceiling_table(result),
         _crash_table(result),
         "",
         *_targets(result),
@@ -51,6 +54,11 @@ def markdown(result: dict[str, Any]) -> str:
         f"crest to crest (each stretch a ninth of the ids between){_memory_caveat(workload['count'])}",
         "- state/id: bytes of on-disk state per distinct id published (RocksDB directories after the run; Redis: "
         "used_memory growth, since its state lives in memory).",
+        "- changelog/id: bytes of the system's changelog topics on the broker (log segments) per distinct id "
+        "published: its state written to Kafka a second time, beside its output.",
+        "- Kafka's ceiling: Kafka's own ProducerPerformance (as many records as the input, of its mean value "
+        "size, to a 4-partition topic; its own records/s) and ConsumerPerformance (the input topic; its fetch "
+        "rate, the group join excluded), on the broker's jars; no transactions, no processing.",
         f"- crash run: SIGKILL once when the output held {settings['kill_fraction']:.0%} of the clean run's "
         "records (committed or not), then restart with the same group and state; the time is from the restart "
         "to the first new record readable with read_committed.",
@@ -59,6 +67,11 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _load_at_end(machine: dict[str, Any]) -> str:
+    at_end = machine.get("load_average_at_end")
+    return f", at the end {', '.join(map(str, at_end))}" if at_end else ""
 
 
 def _validation_note(count: int) -> list[str]:
@@ -74,11 +87,20 @@ def _targets(result: dict[str, Any]) -> list[str]:
     ours = clean.get("dedupectl", {})
     if "messages_per_second" not in ours:
         return []
-    peers = [n for n in ("naive", "redis", "quix") if "messages_per_second" in clean.get(n, {})]
+    peers = [n for n, s in SYSTEMS.items()
+             if s.dedups and n != "dedupectl" and "messages_per_second" in clean.get(n, {})]  # fmt: skip
     slower = [n for n in peers if clean[n]["messages_per_second"] >= ours["messages_per_second"]]
     lines = ["Targets for dedupectl:", ""]
-    throughput = "yes" if not slower else f"no (behind {', '.join(slower)})"
+    behind = ", ".join(f"{n} by {1 - result['ratios'][n]:.0%}" for n in slower if result.get("ratios", {}).get(n))
+    throughput = "yes" if not slower else f"no (behind {behind or ', '.join(slower)})"
     lines.append(f"- ahead of every peer ({', '.join(peers)}) on throughput: {throughput}")
+    for floor, label, target in (("copy", "Python", 0.9), ("java-copy", "Java", None)):
+        ratio = result.get("ratios", {}).get(floor)
+        if ratio and target:
+            verdict = "yes" if ratio >= target else "no"
+            lines.append(f"- at least {target}x the {label} transactional copy: {verdict} ({ratio:.2f}x)")
+        elif ratio:
+            lines.append(f"- as a fraction of the {label} transactional copy: {ratio:.2f}x")
     ours_crash = crash.get("dedupectl", {}).get("output_check")
     if ours_crash:
         clean_crash = ours_crash["duplicated_ids"] == ours_crash["missing_ids"] == ours_crash["unexpected_ids"] == 0
@@ -98,14 +120,16 @@ def _targets(result: dict[str, Any]) -> list[str]:
 def _clean_table(result: dict[str, Any]) -> str:
     header = (
         "| system | guarantee | messages | seconds | messages/s | dedupectl ÷ system | duplicates | losses "
-        "| peak RSS (MB) | memory/id (B) | state/id (B) |"
+        "| peak RSS (MB) | memory/id (B) | state/id (B) | changelog/id (B) |"
     )
-    rows = [header, "|" + "---|" * 11]
+    rows = [header, "|" + "---|" * 12]
     result_ratios = result.get("ratios", {})
     for name, figures in result["clean"].items():
         system = SYSTEMS[name]
+        if system.kafka_tool:
+            continue
         if "error" in figures:
-            rows.append(f"| {name} | {system.guarantee} | failed: {_one_line(figures['error'])} |" + " |" * 8)
+            rows.append(f"| {name} | {system.guarantee} | failed: {_one_line(figures['error'])} |" + " |" * 9)
             continue
         check = figures["output_check"]
         mark = "" if system.finishes else " †"
@@ -115,9 +139,29 @@ def _clean_table(result: dict[str, Any]) -> str:
             f"| {name}{mark} | {system.guarantee} | {figures['consumed']:,} | {figures['busy_seconds']:.2f} "
             f"| {figures['messages_per_second']:,.0f} | {f'{ratio:.2f}x' if ratio else DASH} | {duplicates} "
             f"| {_losses(check)} | {figures['peak_rss_mb']:.0f} | {_number(figures['memory_per_id_bytes'])} "
-            f"| {_number(figures['state_bytes_per_id'])} |"
+            f"| {_number(figures['state_bytes_per_id'])} | {_number(figures.get('changelog_bytes_per_id'))} |"
         )
     return "\n".join(rows)
+
+
+def _ceiling_table(result: dict[str, Any]) -> list[str]:
+    """Kafka's own perf tools on the same broker: what Kafka moves on this machine without any processing."""
+    tools = {name: figures for name, figures in result["clean"].items() if SYSTEMS[name].kafka_tool}
+    if not tools:
+        return []
+    header = "| Kafka's ceiling | what it measures | messages | seconds | messages/s | dedupectl ÷ tool | peak RSS |"
+    rows = [header, "|" + "---|" * 7]
+    for name, figures in tools.items():
+        if "error" in figures:
+            rows.append(f"| {name} | {SYSTEMS[name].guarantee} | failed: {_one_line(figures['error'])} | | | | |")
+            continue
+        ratio = result.get("ratios", {}).get(name)
+        rows.append(
+            f"| {name} | {SYSTEMS[name].guarantee} | {figures['consumed']:,} | {figures['busy_seconds']:.2f} "
+            f"| {figures['messages_per_second']:,.0f} | {f'{ratio:.2f}x' if ratio else DASH} "
+            f"| {figures['peak_rss_mb']:.0f} |"
+        )
+    return [*rows, ""]
 
 
 def _crash_table(result: dict[str, Any]) -> str:

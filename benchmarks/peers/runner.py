@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.peers.env import RedisServer
+from benchmarks.peers.jvm_build import JvmPeers
 from benchmarks.peers.probes import (
     Sample,
     Sampler,
@@ -51,6 +53,10 @@ class Context:
     process_timeout: float
     settle_timeout: float  # how long to wait for open transactions on an output before reading it back
     names_prefix: str = ""  # for output topics and groups, when the broker is shared (tests)
+    jvm: JvmPeers | None = None  # the JVM peers' build, when a system needs it
+    broker_data_dir: Path | None = None  # the broker's log.dirs: changelog topics' bytes are read there
+    count: int = 0  # input records
+    record_size: int = 0  # mean input value bytes
 
     def setup(self, system: System, role: str, redis_port: int = 0) -> Setup:
         return Setup(
@@ -64,6 +70,10 @@ class Context:
             naive_seconds=self.naive_seconds,
             window_seconds=self.window_seconds,
             redis_port=redis_port,
+            jvm_classpath=self.jvm.classpath if self.jvm else "",
+            tools_classpath=self.jvm.tools_classpath if self.jvm else "",
+            count=self.count,
+            record_size=self.record_size,
         )
 
 
@@ -75,6 +85,8 @@ class RunFailed(RuntimeError):
 
 
 def clean_run(ctx: Context, system: System) -> dict[str, Any]:
+    if system.kafka_tool:
+        return tool_run(ctx, system)
     with _redis_for(ctx, system, "clean") as redis, _processes() as started:
         setup = ctx.setup(system, "clean", redis.port if redis else 0)
         create_topics(ctx.kafka, [setup.output_topic], ctx.partitions)
@@ -93,6 +105,7 @@ def clean_run(ctx: Context, system: System) -> dict[str, Any]:
     per_id, from_ids, to_ids = memory_per_id(sampler.samples, ctx.memory_from_ids)
     state_bytes = dir_bytes(setup.state_dir) if system.stateful_on_disk else redis_bytes
     retained = check.distinct_ids if system.dedups else 0
+    changelog = changelog_bytes(ctx.broker_data_dir, setup.group) if ctx.broker_data_dir else None
     return {
         "consumed": consumed,
         "busy_seconds": busy,
@@ -106,10 +119,79 @@ def clean_run(ctx: Context, system: System) -> dict[str, Any]:
         "state_kind": "disk" if system.stateful_on_disk else ("redis used_memory" if redis else None),
         "state_bytes_per_id": round(state_bytes / retained, 1) if state_bytes and retained else None,
         "redis_used_memory_peak_mb": round(redis_peak / 2**20, 1) if redis_peak is not None else None,
+        "changelog_bytes": changelog,
+        "changelog_bytes_per_id": round(changelog / retained, 1) if changelog and retained else None,
         "expected_ids": expected,
         "output_check": asdict(check),
         "report": report,
     }
+
+
+def changelog_bytes(data_dir: Path, group: str) -> int:
+    """Bytes of the log segments of a group's changelog topics on the broker (Kafka Streams names them
+    ``<application.id>-<store>-changelog``, Quix ``changelog__<group>--...``): state written twice."""
+    total = 0
+    for folder in data_dir.iterdir():
+        topic = folder.name.rsplit("-", 1)[0]
+        if folder.is_dir() and group in topic and "changelog" in topic:
+            total += sum(segment.stat().st_size for segment in folder.glob("*.log"))
+    return total
+
+
+# --- Kafka's perf tools -------------------------------------------------------------------------------------
+
+
+def tool_run(ctx: Context, system: System) -> dict[str, Any]:
+    """Kafka's ProducerPerformance or ConsumerPerformance over ``ctx.count`` records of the input's size:
+    the throughput the tool reports itself (the consumer's fetch rate, without its group join)."""
+    with _processes() as started:
+        setup = ctx.setup(system, "clean")
+        create_topics(ctx.kafka, [setup.output_topic], ctx.partitions)
+        setup.state_dir.mkdir(parents=True, exist_ok=True)
+        (setup.state_dir / "tool.properties").write_text("\n".join(system.tool_properties) + "\n")
+        sampler = Sampler(ctx.kafka, setup.output_topic, ctx.partitions)
+        process = started(_start(ctx, system, setup, "clean"))
+        sampler.watch(process.pid)
+        try:
+            stdout = _communicate(ctx, process, system, "clean")
+        finally:
+            sampler.stop()
+    figures = parse_tool_output(system.name, stdout)
+    if figures is None:
+        raise RunFailed(f"{system.name} printed no figures; stdout ends {stdout[-500:]!r}")
+    records, seconds = figures
+    peak_rss = max((s.rss_bytes for s in sampler.samples), default=0)
+    return {
+        "consumed": records,
+        "busy_seconds": round(seconds, 3),
+        "messages_per_second": round(records / seconds, 1) if seconds else 0.0,
+        "peak_rss_mb": round(peak_rss / 2**20, 1),
+        "record_size": ctx.record_size,
+        "tool_output": stdout[-2000:],
+    }
+
+
+_PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec")
+
+
+def parse_tool_output(name: str, stdout: str) -> tuple[int, float] | None:
+    """(records, seconds) from a perf tool's summary: ProducerPerformance's last "N records sent, R
+    records/sec" line; ConsumerPerformance's CSV line (its fetch time: the group join excluded)."""
+    if name == "producer-perf":
+        found = _PRODUCED.findall(stdout)
+        if not found:
+            return None
+        records, rate = int(found[-1][0]), float(found[-1][1])
+        return records, records / rate if rate else 0.0
+    lines = [line for line in stdout.splitlines() if line.count(",") >= 9]
+    if len(lines) < 2:
+        return None
+    header = [field.strip() for field in lines[0].split(",")]
+    values = dict(zip(header, (field.strip() for field in lines[-1].split(",")), strict=False))
+    try:
+        return int(values["data.consumed.in.nMsg"]), float(values["fetch.time.ms"]) / 1000
+    except (KeyError, ValueError):
+        return None
 
 
 # --- crash run ----------------------------------------------------------------------------------------------
@@ -216,7 +298,7 @@ def _start(ctx: Context, system: System, setup: Setup, role: str) -> subprocess.
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=ctx.scratch)
 
 
-def _finish(ctx: Context, process: subprocess.Popen, system: System, role: str) -> dict[str, Any]:
+def _communicate(ctx: Context, process: subprocess.Popen, system: System, role: str) -> str:
     try:
         stdout, _ = process.communicate(timeout=ctx.process_timeout)
     except subprocess.TimeoutExpired:
@@ -227,6 +309,11 @@ def _finish(ctx: Context, process: subprocess.Popen, system: System, role: str) 
     if process.returncode != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-15:])
         raise RunFailed(f"{system.name} ({role}) exited {process.returncode}; {log_path}:\n{tail}")
+    return stdout
+
+
+def _finish(ctx: Context, process: subprocess.Popen, system: System, role: str) -> dict[str, Any]:
+    stdout = _communicate(ctx, process, system, role)
     report = _parse_report(stdout)
     if report is None:
         raise RunFailed(f"{system.name} ({role}) printed no JSON report; stdout ends {stdout[-500:]!r}")

@@ -24,6 +24,10 @@ class Setup:
     naive_seconds: float
     window_seconds: int
     redis_port: int = 0
+    jvm_classpath: str = ""  # the JVM peers (benchmarks/peers/jvm_build.py)
+    tools_classpath: str = ""  # Kafka's perf tools on the broker's jars
+    count: int = 0  # input records: what a perf tool produces or consumes
+    record_size: int = 0  # mean input value bytes: what the producer perf tool sends
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class System:
     stateful_on_disk: bool
     needs_peers_env: bool = False
     needs_redis: bool = False
+    needs_jvm: bool = False
+    kafka_tool: bool = False  # Kafka's own perf tool: its own throughput, no output to check, no crash run
+    stream_threads: int = 1
+    tool_properties: tuple[str, ...] = ()  # a perf tool's client settings (its --*.config file)
 
     def command(self, s: Setup) -> list[str]:
         python = s.peers_python if self.needs_peers_env else sys.executable
@@ -55,8 +63,68 @@ class System:
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
                     "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json"]  # fmt: skip
+        java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp"]
+        if self.name.startswith("kstreams"):
+            return [*java, s.jvm_classpath, "bench.peers.StreamsDedup", *io, str(s.state_dir), "--group", s.group,
+                    "--threads", str(self.stream_threads), "--window-seconds", str(s.window_seconds),
+                    "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
+        if self.name == "java-copy":
+            return [*java, s.jvm_classpath, "bench.peers.TransactionalCopy", *io, "--group", s.group]
+        config = str(s.state_dir / "tool.properties")  # written by the runner from tool_properties
+        if self.name == "producer-perf":
+            return ["java", "-cp", s.tools_classpath, "org.apache.kafka.tools.ProducerPerformance",
+                    "--topic", s.output_topic, "--num-records", str(s.count), "--record-size", str(s.record_size),
+                    "--throughput", "-1", "--producer.config", config,
+                    "--producer-props", f"bootstrap.servers={s.bootstrap}"]  # fmt: skip
+        if self.name == "consumer-perf":
+            return ["java", "-cp", s.tools_classpath, "org.apache.kafka.tools.ConsumerPerformance",
+                    "--bootstrap-server", s.bootstrap, "--topic", s.input_topic, "--messages", str(s.count),
+                    "--group", s.group, "--consumer.config", config]  # fmt: skip
         raise ValueError(self.name)
 
+
+_KSTREAMS = "Kafka Streams exactly_once_v2, RocksDB store + changelog"
+_JVM_SYSTEMS = (
+    System("kstreams", f"{_KSTREAMS}, 1 thread", dedups=True, finishes=True, stateful_on_disk=True, needs_jvm=True),
+    System(
+        "kstreams-2t",
+        f"{_KSTREAMS}, 2 threads",
+        dedups=True,
+        finishes=True,
+        stateful_on_disk=True,
+        needs_jvm=True,
+        stream_threads=2,
+    ),
+    System(
+        "java-copy",
+        "exactly-once copy in Java, no dedup (floor)",
+        dedups=False,
+        finishes=True,
+        stateful_on_disk=False,
+        needs_jvm=True,
+    ),
+    # the ceiling: Kafka's own perf tools, same client batching as the Java copy, the input's mean record size
+    System(
+        "producer-perf",
+        "Kafka ProducerPerformance: produce only, acks=all, idempotent",
+        dedups=False,
+        finishes=True,
+        stateful_on_disk=False,
+        needs_jvm=True,
+        kafka_tool=True,
+        tool_properties=("acks=all", "linger.ms=5", "batch.size=1000000"),
+    ),
+    System(
+        "consumer-perf",
+        "Kafka ConsumerPerformance: consume only, read_committed",
+        dedups=False,
+        finishes=True,
+        stateful_on_disk=False,
+        needs_jvm=True,
+        kafka_tool=True,
+        tool_properties=("isolation.level=read_committed", "fetch.max.bytes=67108864"),
+    ),
+)
 
 SYSTEMS: dict[str, System] = {
     system.name: system
@@ -81,5 +149,6 @@ SYSTEMS: dict[str, System] = {
             needs_peers_env=True,
         ),
         System("dedupectl", "exactly-once, RocksDB store", dedups=True, finishes=True, stateful_on_disk=True),
+        *_JVM_SYSTEMS,
     )
 }

@@ -1,15 +1,19 @@
 """The systems of benchmarks/bench_peers.py on a tiny input, through the suite's own runner: the dedup stages
-publish every id exactly once, the copy floor passes the input's duplicates through.
+publish every id exactly once, the copy floors pass the input's duplicates through, Kafka's perf tools report
+a throughput over the whole input.
 
 A smoke test of the suite (each peer's process, the report it prints, the sampler, the read-back check),
 not a measurement; the crash runs (tens of seconds each: session timeouts, Quix's transaction timeout) are
-left to the benchmark itself. The Quix and Redis peers need benchmarks/.venv-peers (made by the first run of
-``python benchmarks/bench_peers.py``) and redis-server; without them their tests are skipped.
+left to the benchmark itself. What a peer needs is made here when it is missing, as the benchmark makes it:
+benchmarks/.venv-peers for Quix and Redis (pip, from benchmarks/requirements-peers.txt), Debian's
+redis-server (apt-get, as root; a test that cannot install it is skipped and says what to install), and the
+JVM peers (Maven, cached in ~/.cache/dedupectl by the digest of benchmarks/peers/jvm).
 """
 
 from __future__ import annotations
 
-import shutil
+import dataclasses
+import os
 import sys
 import uuid
 from collections import Counter
@@ -21,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # benchmarks/ is not an installed package
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.peers.env import VENV_DIR  # noqa: E402
+from benchmarks.peers import env  # noqa: E402
+from benchmarks.peers.jvm_build import jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, clean_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS, System  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
@@ -29,24 +34,24 @@ from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 
 SPEC = SampleSpec(3_000, duplicate_ratio=0.02)
-PEERS_PYTHON = VENV_DIR / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
-def context(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Context:
+def context(kafka_broker, broker_kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Context:
     kafka = KafkaConfig(kafka_broker.bootstrap_servers)
     prefix = f"peers-{uuid.uuid4().hex[:8]}-"
     input_topic = f"{prefix}in"
     create_topics(kafka, [input_topic, f"{input_topic}.dead-letter"], 4)
     produce_sample(kafka, input_topic, SPEC)
+    records = list(generate(SPEC))
     return Context(
         kafka=kafka,
         input_topic=input_topic,
         partitions=4,
         scratch=tmp_path_factory.mktemp("peers"),
-        peers_python=str(PEERS_PYTHON),
-        redis_executable=shutil.which("redis-server"),
-        expected_ids=frozenset(record.key for record in generate(SPEC) if record.kind == "new"),
+        peers_python="",  # made by the `peers_python` fixture for the tests that need it
+        redis_executable=None,
+        expected_ids=frozenset(record.key for record in records if record.kind == "new"),
         memory_from_ids=100,
         idle_seconds=1.0,
         naive_seconds=2.0,
@@ -55,20 +60,42 @@ def context(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Context:
         process_timeout=120,
         settle_timeout=90,
         names_prefix=prefix,
+        jvm=jvm_peers(broker_kafka_version, log=lambda _: None),
+        broker_data_dir=kafka_broker.state_dir / "data",
+        count=SPEC.count,
+        record_size=round(sum(len(record.value) for record in records) / SPEC.count),
     )
 
 
-def _require(system: System, context: Context) -> None:
-    if system.needs_peers_env and not PEERS_PYTHON.exists():
-        pytest.skip(f"{VENV_DIR} is missing: `python benchmarks/bench_peers.py` creates it")
-    if system.needs_redis and context.redis_executable is None:
-        pytest.skip("redis-server is not installed")
+@pytest.fixture(scope="module")
+def peers_python() -> str:
+    return str(env.peers_python(log=lambda _: None))
 
 
-@pytest.mark.parametrize("name", ["naive", "redis", "quix", "dedupectl"])
-def test_dedup_stage_publishes_each_id_once(context: Context, name: str) -> None:
+@pytest.fixture(scope="module")
+def redis_executable() -> str:
+    try:
+        return env.find_redis_server(install=True, log=lambda _: None)
+    except SystemExit as error:
+        if os.geteuid() != 0:  # only root may apt-get install it
+            pytest.skip(str(error))
+        raise
+
+
+def _context_for(system: System, request: pytest.FixtureRequest) -> Context:
+    context: Context = request.getfixturevalue("context")
+    changes = {}
+    if system.needs_peers_env:
+        changes["peers_python"] = request.getfixturevalue("peers_python")
+    if system.needs_redis:
+        changes["redis_executable"] = request.getfixturevalue("redis_executable")
+    return dataclasses.replace(context, **changes)
+
+
+@pytest.mark.parametrize("name", ["naive", "redis", "quix", "dedupectl", "kstreams", "kstreams-2t"])
+def test_dedup_stage_publishes_each_id_once(request: pytest.FixtureRequest, name: str) -> None:
     system = SYSTEMS[name]
-    _require(system, context)
+    context = _context_for(system, request)
 
     figures = clean_run(context, system)
 
@@ -81,12 +108,26 @@ def test_dedup_stage_publishes_each_id_once(context: Context, name: str) -> None
     else:  # the naive loop stops at its time bound: checked over what its group committed
         assert 0 < figures["expected_ids"] <= len(context.expected_ids)
         assert check["records"] == figures["expected_ids"]
+    if name.startswith("kstreams"):  # its store is RocksDB on disk, written again to a changelog topic
+        assert figures["report"]["threads"] == system.stream_threads
+        assert figures["state_bytes"] > 0
+        assert figures["changelog_bytes"] > sum(len(message_id) for message_id in context.expected_ids)
 
 
-def test_copy_floor_passes_the_input_duplicates_through(context: Context) -> None:
-    figures = clean_run(context, SYSTEMS["copy"])
+@pytest.mark.parametrize("name", ["copy", "java-copy"])
+def test_copy_floor_passes_the_input_duplicates_through(request: pytest.FixtureRequest, name: str) -> None:
+    figures = clean_run(_context_for(SYSTEMS[name], request), SYSTEMS[name])
 
     repeated = sum(1 for n in Counter(record.key for record in generate(SPEC)).values() if n > 1)
     assert repeated > 0
     check = figures["output_check"]
     assert (check["records"], check["duplicated_ids"], check["missing_ids"]) == (SPEC.count, repeated, 0)
+    assert figures["consumed"] == SPEC.count and figures["busy_seconds"] > 0
+
+
+@pytest.mark.parametrize("name", ["producer-perf", "consumer-perf"])
+def test_kafka_perf_tool_reports_the_whole_input(context: Context, name: str) -> None:
+    figures = clean_run(context, SYSTEMS[name])
+
+    assert figures["consumed"] == SPEC.count
+    assert figures["busy_seconds"] > 0 and figures["messages_per_second"] > 0 and figures["peak_rss_mb"] > 0
