@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from store.codec import CF_IDS, COLUMN_FAMILIES
+from store.codec import CF_META, CF_TIMES
 from store.dedup_store import DedupStore
-from store.footprint import ids_files
 from store.rocks_log import StatsDump, last_stats_dump, parse_count, parse_size
 from store.selection import StoreRef
 
@@ -143,20 +142,14 @@ def _bloom(dump: StatsDump | None) -> BloomStats | None:
     )
 
 
-def _live_ids_bytes(store: DedupStore) -> int:
-    """SST bytes of the ``ids`` files that still hold live ids. RocksDB's live-data estimate counts an L0 file
-    only where no newer file covers its key range, as if it held older versions of the same keys; FIFO files
-    hold distinct ids over the whole key range, so it counted little more than the newest file."""
-    cut = store.state.first_live_seq
-    return sum(file.size for file in ids_files(store) if file.seq_range is None or file.seq_range[1] >= cut)
-
-
 def store_stats(ref: StoreRef) -> StoreStats:
     """Stats of one store, read without its lock."""
     dump = last_stats_dump(ref.path)
     with DedupStore.open_secondary(ref.path) as store:
         families = []
-        for name in COLUMN_FAMILIES:
+        cut = store.state.first_live_seq
+        aged = {name for name, _, end in store.id_families() if end <= cut}  # dropped at the next aging step
+        for name in (*(name for name, _, _ in store.id_families()), CF_TIMES, CF_META):
             family = store.family(name)
             levels = _live_levels(family.property_value("rocksdb.cfstats") or "")
             if dump is not None and name in dump.tables:
@@ -166,9 +159,7 @@ def store_stats(ref: StoreRef) -> StoreStats:
                     family=name,
                     levels=levels,
                     estimated_keys=family.property_int_value("rocksdb.estimate-num-keys"),
-                    live_data_bytes=_live_ids_bytes(store)
-                    if name == CF_IDS
-                    else family.property_int_value("rocksdb.estimate-live-data-size"),
+                    live_data_bytes=0 if name in aged else family.property_int_value("rocksdb.estimate-live-data-size"),
                     sst_bytes=family.property_int_value("rocksdb.total-sst-files-size"),
                     memtable_bytes=family.property_int_value("rocksdb.cur-size-all-mem-tables"),
                     pending_compaction_bytes=family.property_int_value("rocksdb.estimate-pending-compaction-bytes"),
