@@ -108,6 +108,7 @@ FILTER_FILE = "id-filter"  # the id filter, saved beside the database when the s
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
+_SECONDARY_OPEN_ATTEMPTS = 5
 
 
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
@@ -349,15 +350,22 @@ class DedupStore:
 
     @classmethod
     def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict]:
-        names = cls._check_families(path)
-        options, families, _ = _store_options(names, create=False)
-        options.set_max_open_files(-1)  # required by secondary instances
-        try:
-            db = Rdict(str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch))
-            db.try_catch_up_with_primary()
-        except Exception as error:
-            raise _translate_open_error(path, error) from error
-        return names, db
+        for attempt in range(_SECONDARY_OPEN_ATTEMPTS):
+            names = cls._check_families(path)
+            options, families, _ = _store_options(names, create=False)
+            options.set_max_open_files(-1)  # required by secondary instances
+            try:
+                db = Rdict(
+                    str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
+                )
+                db.try_catch_up_with_primary()
+            except Exception as error:
+                # the writer dropped a generation (aging) between the listing and the open: list again
+                if "Column family not found" in str(error) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
+                    continue
+                raise _translate_open_error(path, error) from error
+            return names, db
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _require_store_dir(path: Path) -> None:
