@@ -80,7 +80,7 @@ def test_inspection_commands_follow_a_live_writer_without_blocking_it(live_store
     (stats,) = _run_json("stats", *d)
     families = {family["family"]: family for family in stats["families"]}
     assert set(families) == {"ids", "times", "meta"}
-    assert families["ids"]["levels"][0]["level"] == "L0" and families["ids"]["levels"][0]["files"] >= 1
+    assert any(level["files"] >= 1 for level in families["ids"]["levels"] if level["level"] != "Sum")
     assert stats["dumped_at"] is not None  # the writer's LOG dump (I/O columns, bloom counters)
     assert stats["bloom"]["useful"] > 0  # the writer's lookups of new ids: filters saved reads
 
