@@ -102,3 +102,16 @@ def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory, broker_kafka_v
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def generations_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """``generations_of(n)``: the stores this process opens start a new generation every ``n`` sequence
+    numbers, so a test of a few thousand ids sees several (production's are the id filter's stretch, at least
+    65,536 numbers)."""
+    from store.dedup_store import DedupStore
+
+    def set_numbers(numbers: int) -> None:
+        monkeypatch.setattr(DedupStore, "generation_ids", lambda self: numbers)
+
+    return set_numbers

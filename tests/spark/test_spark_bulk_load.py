@@ -36,7 +36,8 @@ def _contents(store: DedupStore) -> tuple:
 
 
 @pytest.mark.parametrize("kinds", [1, 3], ids=["keys-of-one-length", "keys-of-three-lengths"])
-def test_bulk_load_equals_record(tmp_path, kinds):
+def test_bulk_load_equals_record(tmp_path, kinds, generations_of):
+    generations_of(LAYOUT.bucket_ids)  # a generation per bucket
     """Buckets 1 and 2 hold batches whose values are 1 and 2 bytes wide (sequence numbers past 255)."""
     ids = _ids(530, kinds)
     stamps = [1_790_000_000_000 + 7 * n for n in range(len(ids))]
