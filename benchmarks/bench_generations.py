@@ -97,7 +97,7 @@ def generation_options(cache: Cache) -> Options:
 
 
 def fifo_options() -> Options:
-    _, families = store_options(create=True)
+    _, families, _ = store_options(create=True, legacy_ids=True)  # schema 4's one FIFO family
     options = families[CF_IDS]
     options.create_if_missing(True)
     options.set_max_open_files(-1)
@@ -175,9 +175,11 @@ def measure(layout: str, ids: int, generations: int, scratch: Path, seed: int) -
             pool = samples[index]
             present[index].append(pool[int(chooser.integers(0, len(pool)))])
         absent = random_keys(chooser, SAMPLE)
-        held = sum(value is not None for family, keys in zip(families, present, strict=True) for value in family.get(keys))
+        held = sum(
+            value is not None for family, keys in zip(families, present, strict=True) for value in family.get(keys)
+        )
         if held != SAMPLE:
-            raise SystemExit(f"{layout}: only {held} of {SAMPLE} present ids were found (a bug in this benchmark)")
+            raise SystemExit(f"{layout}: {held} of {SAMPLE} present ids found (a bug in this benchmark)")
         present_rate = SAMPLE / sum(
             len(keys) / rate(family.get, keys) for family, keys in zip(families, present, strict=True) if keys
         )

@@ -43,7 +43,7 @@ from rich.table import Table  # noqa: E402
 
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store.aging import AgingPolicy, age_fully, age_step  # noqa: E402
-from store.codec import CF_IDS, encode_ids  # noqa: E402
+from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
@@ -139,7 +139,7 @@ def child_build(path: str, count: int, batch: int) -> dict:
 
 def settle(store: DedupStore, timeout: float = 600, quiet_s: float = 5.0) -> None:
     """Wait for background merges (their CPU would skew what is measured next): until none is pending, or
-    none has run for ``quiet_s`` (FIFO can report a merge pending that its picker never takes: with the
+    none has run for ``quiet_s`` (RocksDB can report a compaction pending that its picker never takes: with the
     worker's memtable budget this waited out the whole timeout)."""
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
@@ -208,7 +208,7 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
     median round's, ratios the median of the rounds' ratios."""
     rng = random.Random(11)
     drawn = [rng.randrange(total) for _ in range(PRESENT_SAMPLE)]
-    family = store.family(CF_IDS)
+    family = store.family(store.id_families()[-1][0])  # raw reads of one family: the newest generation
     results = {}
     for label, sample, make_ids in (
         ("absent", ABSENT_SAMPLE, lambda: [absent_id(n) for n in range(ABSENT_SAMPLE)]),
@@ -298,7 +298,7 @@ def aging_rate(store: DedupStore) -> dict:
         "ids_aged": result.aged,
         "seconds": elapsed,
         "ids_per_second": result.aged / elapsed if elapsed else None,
-        "files_dropped": result.files_dropped,
+        "generations_dropped": result.generations_dropped,
         "bytes_before": before,
         "bytes_freed": result.bytes_dropped,
         "live_ids_after": result.live_ids,
@@ -412,7 +412,7 @@ def report(f: dict) -> None:
     )
     row(
         "aging, files dropped / bytes freed",
-        f"{aging['files_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
+        f"{aging['generations_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
         "",
         None,
     )

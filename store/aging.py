@@ -70,7 +70,7 @@ class AgingResult:
     aged: int  # ids taken out of the window by this step
     first_live_seq: int  # the cut after the step
     live_ids: int
-    files_dropped: int
+    generations_dropped: int
     bytes_dropped: int
     done: bool  # the policy holds: nothing left to age for now
     seconds: float
@@ -127,7 +127,7 @@ def age_step(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT_
         aged=cut - before,
         first_live_seq=state.first_live_seq,
         live_ids=state.live_ids,
-        files_dropped=dropped,
+        generations_dropped=dropped,
         bytes_dropped=freed,
         done=cut >= target,
         seconds=time.perf_counter() - started,
@@ -191,7 +191,7 @@ def age_fully(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT
     aged = files = freed = 0
     while True:
         result = age_step(store, policy, max_deletes)
-        aged, files, freed = aged + result.aged, files + result.files_dropped, freed + result.bytes_dropped
+        aged, files, freed = aged + result.aged, files + result.generations_dropped, freed + result.bytes_dropped
         if result.done and result.aged == 0:
             break
     families = store.id_families()
@@ -204,7 +204,7 @@ def age_fully(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT
         aged=aged,
         first_live_seq=state.first_live_seq,
         live_ids=state.live_ids,
-        files_dropped=files,
+        generations_dropped=files,
         bytes_dropped=freed,
         done=True,
         seconds=time.perf_counter() - started,

@@ -44,8 +44,8 @@ the probability of a false duplicate is 0, at 100 billion keys as at one. (Hashi
 would give about 270 false duplicates, i.e. 270 new messages silently dropped.)
 
 Aging. ``first live sequence`` is the exact cut: an id whose sequence number is below it is absent for
-every reader at once (``live_seqs_of`` applies it), whatever files still hold it; files whose whole range is
-below it are then dropped.
+every reader at once (``live_seqs_of`` applies it), whatever generations still hold it; generations whose
+whole range is below it are then dropped.
 
 Offsets follow Kafka's commit convention: the *next* offset to read, so a fresh store holds -1.
 
@@ -110,11 +110,9 @@ TAG_UUID = 0x02
 TAG_RAW = 0x03
 MARK_FIRST = 0x00
 MARK_LAST = 0xFF
-# Iteration bounds of the id keys (markers excluded).
+# Iteration bounds of the id keys (schema 4's batch markers excluded).
 IDS_LOWER = bytes([TAG_UUID])
 IDS_UPPER = bytes([MARK_LAST])
-# A key range that never holds a key (no tag 0x01): what aging "compacts" to make FIFO drop files.
-NO_KEYS = (b"\x01", b"\x01\x00")
 
 _SEQ_KEY = struct.Struct(">Q")
 _STATE = struct.Struct(">QQqq")

@@ -268,7 +268,7 @@ class CompactOutcome:
     tombstones_after: int
     bytes_before: int
     bytes_after: int
-    dead_files_dropped: int
+    dead_generations_dropped: int
     seconds: float
 
 
@@ -308,7 +308,7 @@ def compact_stores(
                     tombstones_after=sum(file.deletions for file in after),
                     bytes_before=bytes_before,
                     bytes_after=dir_bytes(ref.path),
-                    dead_files_dropped=dead,
+                    dead_generations_dropped=dead,
                     seconds=time.perf_counter() - started,
                 )
             )

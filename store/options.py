@@ -34,12 +34,12 @@ from store.codec import CF_IDS, CF_META, CF_TIMES
 
 BLOOM_BITS_PER_KEY = 16
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # data blocks only: what duplicates (rare) and filter false positives read
-IDS_BLOCK_BYTES = 16 * 1024  # larger blocks and restart intervals compress ids better
+IDS_BLOCK_BYTES = 16 * 1024  # schema 4's FIFO family
 IDS_RESTART_INTERVAL = 32
 # zstd 12 instead of the default 3: fewer bytes per id for background CPU at flush (random bytes leave little
 # else to gain); decompression, i.e. lookups, costs the same
 IDS_ZSTD_LEVEL = 12
-FIFO_UNBOUNDED = 1 << 62  # FIFO's own size limit, out of reach: aging lowers it only to drop given files
+FIFO_UNBOUNDED = 1 << 62  # schema 4's FIFO size limit, out of reach: aging decided what went
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 ARENA_BLOCKS_PER_BUFFER = 64
 MIN_ARENA_BLOCK_BYTES = 64 * 1024
@@ -48,13 +48,10 @@ LOG_FILE_BYTES = 16 * 1024 * 1024
 LOG_FILES_KEPT = 10  # the LOG is what `dedupectl compactions` and `stats` read
 STATS_DUMP_SECONDS = 300
 
+# a duplicate's lookup decompresses one block: 4 KiB costs about a quarter of 16 KiB, for a few tenths of a
+# byte per id more on disk (docs/benchmarks.md, "Figures behind design choices")
 GENERATION_BLOCK_BYTES = 4 * 1024
 GENERATION_RESTART_INTERVAL = 16
-
-# Applied with set_options after a read-write open (the Python binding exposes no setter for it).
-IDS_MUTABLE_OPTIONS = {
-    "compaction_options_fifo": f"{{max_table_files_size={FIFO_UNBOUNDED};allow_compaction=true}}",
-}
 
 
 def _table(cache: Cache, block_bytes: int, filtered: bool = True) -> BlockBasedOptions:

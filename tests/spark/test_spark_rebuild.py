@@ -102,7 +102,7 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
         ranges = [f.seq_range for f in ids_files(store)]
         assert ranges == [(0, 999), (1000, 1999), (2000, 2499)]  # one stretch of sequence numbers per generation
         result = age_step(store, AgingPolicy(max_keys=1000))
-        assert result.files_dropped == 1  # the oldest generation, whole: its ids are all below the cut (1500)
+        assert result.generations_dropped == 1  # the oldest generation, whole: its ids are all below the cut (1500)
     with DedupStore.open_existing(recovered) as store:
         age_step(store, AgingPolicy(max_keys=1000))
     assert _contents(rebuilt) == _contents(recovered)  # the same ids aged out

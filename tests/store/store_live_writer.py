@@ -53,7 +53,7 @@ def main(store_dir: str, status_file: str, stop_file: str) -> None:
             if batches % 10 == 0:
                 dedup.flush()
             if batches % 25 == 0:
-                dropped += age_step(dedup, policy).files_dropped
+                dropped += age_step(dedup, policy).generations_dropped
             latencies.append(time.perf_counter() - started)
             temporary = status_path.with_suffix(".tmp")
             temporary.write_text(json.dumps({"batches": batches, "dropped": dropped, "latencies": latencies}))

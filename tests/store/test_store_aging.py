@@ -91,7 +91,7 @@ def test_aging_drops_whole_generations_and_writes_no_tombstones(tmp_path, short_
 
         cut = stretch + stretch // 2  # inside the second generation
         result = age_step(store, AgingPolicy(max_keys=4 * stretch - cut))
-        assert (result.first_live_seq, result.files_dropped) == (cut, 1)
+        assert (result.first_live_seq, result.generations_dropped) == (cut, 1)
         assert _ranges(store) == [(n, n + stretch) for n in range(stretch, 4 * stretch, stretch)]
         assert all(file.deletions == 0 for file in ids_files(store))
         assert sst_bytes(store) < before - oldest * 0.9

@@ -478,14 +478,14 @@ def compact(
         return
     print_table(
         "compacted",
-        ["partition", "files", "tombstones", "bytes on disk", "aged-out files dropped", "seconds"],
+        ["partition", "files", "tombstones", "bytes on disk", "aged-out generations dropped", "seconds"],
         [
             (
                 o.partition,
                 f"{o.files_before} → {o.files_after}",
                 f"{o.tombstones_before:,} → {o.tombstones_after:,}",
                 f"{format_size(o.bytes_before)} → {format_size(o.bytes_after)}",
-                o.dead_files_dropped,
+                o.dead_generations_dropped,
                 _number(o.seconds, 2),
             )
             for o in outcomes
