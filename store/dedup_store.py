@@ -109,6 +109,7 @@ MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
 _SECONDARY_OPEN_ATTEMPTS = 5
+_LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
 
 
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
@@ -443,6 +444,9 @@ class DedupStore:
             elif legacy is not None:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
+            for generation in list(self._generations)[:-1]:  # a seal a stop or crash cut short
+                if self._unsealed(generation):
+                    self._seal(generation)
         except BaseException:
             self.close()
             raise
@@ -1152,6 +1156,12 @@ class DedupStore:
         thread = threading.Thread(target=run, name=f"seal-{generation.name}", daemon=True)
         self._sealing[generation.name] = thread
         thread.start()
+
+    @staticmethod
+    def _unsealed(generation: Generation) -> bool:
+        """Whether a generation has files above its last level (a sealed one has one run there)."""
+        family = generation.family
+        return any(family.property_int_value(f"rocksdb.num-files-at-level{level}") for level in range(_LAST_LEVEL))
 
     def wait_for_seals(self, timeout_s: float | None = None) -> bool:
         """Wait until no generation is being sealed; False if ``timeout_s`` ran out first."""
