@@ -11,6 +11,7 @@ The Kafka release the brokers run is the pom's default unless the run asks for a
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -115,3 +116,19 @@ def generations_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
         monkeypatch.setattr(DedupStore, "generation_ids", lambda self: numbers)
 
     return set_numbers
+
+
+@pytest.fixture
+def short_generations(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], int]:
+    """``window_for(n)``: the ``window_ids`` that gives a store generations (and id filter stretches) of about
+    ``n`` numbers, the floors that keep them long in production lifted for the test."""
+    from store import dedup_store, generations
+    from store.id_filter import GROUPS
+
+    monkeypatch.setattr(dedup_store, "MIN_FILTER_WINDOW", 1)
+    monkeypatch.setattr(generations, "MIN_GENERATION_IDS", 1)
+
+    def window_for(numbers: int) -> int:
+        return math.floor(numbers * (GROUPS - 1) / dedup_store.FILTER_SLACK)
+
+    return window_for

@@ -15,12 +15,12 @@ import uuid
 from pathlib import Path
 
 from rocksdict import Rdict
-from schema4 import as_schema_4
 
 from store import generations
 from store.aging import AgingPolicy, age_step
 from store.codec import CF_IDS, encode_ids
 from store.dedup_store import DedupStore
+from store.testing import as_schema_4
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -123,6 +123,7 @@ def test_a_schema_4_store_is_moved_into_generations_by_its_first_writer(tmp_path
 MIGRATE = """
 import sys
 from store.dedup_store import DedupStore
+from store.testing import as_schema_4
 DedupStore.open(sys.argv[1], topic="events", partition=0).close()
 """
 
