@@ -210,7 +210,7 @@ class SstRow:
     largest: str
     entries: int
     deletions: int
-    first_seq: int | None  # ids files: the sequence range they hold
+    first_seq: int | None  # ids files: the sequence range of their generation
     last_seq: int | None
 
 
@@ -285,7 +285,7 @@ def compact_stores(
             ref,
             "compact",
             "stop the worker first: compaction competes with ingest for disk and CPU, and the running worker "
-            "already drops aged-out files as it goes",
+            "already drops aged-out generations as it goes",
         )
         with store:
             started = time.perf_counter()

@@ -1,4 +1,4 @@
-"""``stats`` counts the ids files that hold live ids as live data; ``compactions`` filters by family and kind."""
+"""``stats`` counts the generations that hold live ids as live data; ``compactions`` filters by family and kind."""
 
 from __future__ import annotations
 

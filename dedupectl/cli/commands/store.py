@@ -315,7 +315,7 @@ def sst(
 ) -> None:
     """The live SST files: family, level, size, smallest and largest key, entries and deletions (tombstones).
 
-    An ids file's keys are its batch markers: its smallest and largest keys are the sequence range it holds.
+    The ids files are those of every generation; first and last seq are the generation's sequence range.
 
     Example: dedupectl sst -d /var/lib/dedupectl -p 3 -f ids
     """
@@ -464,7 +464,8 @@ def compact(
     partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Compact a stopped store: drop aged-out files, merge small ones, clear the tombstones aging left.
+    """Compact a stopped store: drop aged-out generations, compact each other one into its run, clear the
+    tombstones aging left.
 
     Refuses while a worker holds the store.
 
