@@ -96,7 +96,7 @@ from store.errors import (
 )
 from store.generations import Generation, Generations
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
-from store.options import SharedMemory, generation_options, seal_options, store_options
+from store.options import SEALED_GENERATION_OPTIONS, SharedMemory, generation_options, seal_options, store_options
 from store.seq_view import SeqView
 
 log = logging.getLogger(__name__)
@@ -444,9 +444,11 @@ class DedupStore:
             elif legacy is not None:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
-            for generation in list(self._generations)[:-1]:  # a seal a stop or crash cut short
-                if self._unsealed(generation):
+            for generation in list(self._generations)[:-1]:
+                if self._unsealed(generation):  # a seal a stop or crash cut short
                     self._seal(generation)
+                else:
+                    generation.family.set_options(SEALED_GENERATION_OPTIONS)
         except BaseException:
             self.close()
             raise
@@ -1143,6 +1145,7 @@ class DedupStore:
         """Flush a generation no longer written and compact it into its filterless run, on a thread of its own
         (RocksDB works without the GIL: the writer goes on meanwhile)."""
         generation.sealed = False
+        generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
 
         def run() -> None:
             try:

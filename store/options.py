@@ -117,6 +117,15 @@ def generation_options(
     return options
 
 
+# A sealed generation is written no more (but for reconcile's rare repairs): its next memtables need neither
+# the newest's size nor its bloom filter, which RocksDB allocates whole with every memtable, even empty.
+SEALED_GENERATION_OPTIONS = {
+    "write_buffer_size": str(4 * 1024 * 1024),
+    "arena_block_size": str(MIN_ARENA_BLOCK_BYTES),
+    "memtable_prefix_bloom_size_ratio": "0",
+}
+
+
 def seal_options() -> CompactOptions:
     """A manual compaction that rewrites a generation into its last level, even a lone file (a trivial move
     would keep its filter and lz4 blocks)."""
