@@ -9,8 +9,8 @@
    ``store.memory.limit_heap_retention()`` first (as the worker should), and the build child empties its
    memtables (bounded: 2 x 64 MiB, the same at any size) before each RSS reading, so the slope is per id.
 2. lookups: absent and present ids through ``contains_many`` (and ``contains_keys``, ``lookup_many``) against
-   raw rocksdict multi-gets of the same keys, each asked of the generation that holds it, the methods taking turns on each batch
-   (medians of 11 rounds: see ``lookups``).
+   raw rocksdict multi-gets of the same keys, each asked of the generation that holds it, the methods taking
+   turns on each batch (medians of 11 rounds: see ``lookups``).
 3. aging: ingest more batches alternating blocks without and with ``age_step`` between batches (p99 batch
    latency of each), then age the store down to half with ``age_fully`` (ids removed per second).
 
