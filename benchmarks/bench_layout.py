@@ -1,5 +1,6 @@
 """What one ``ids`` file costs an absent lookup: RocksDB multi-gets of absent ids against the same ids laid out
-in one file and in many, with the store's table options (16-bit full bloom filters, 16 KiB zstd blocks).
+in one file and in many, with the table options of schema 4's FIFO family (16-bit full bloom filters, 16 KiB
+zstd blocks): the cost that made a store of one FIFO family slow down as it grew.
 
     python benchmarks/bench_layout.py [--ids 20000000] [--file-ids 1450000] [--small 1000000]
 
@@ -45,7 +46,7 @@ def sorted_keys(rng: np.random.Generator, count: int) -> list[bytes]:
 
 
 def build(path: Path, count: int, file_ids: int, seed: int) -> Rdict:
-    _, families = store_options(create=True)
+    _, families, _ = store_options(create=True, legacy_ids=True)  # schema 4's one FIFO family
     options = families[CF_IDS]
     options.create_if_missing(True)
     db = Rdict(str(path), options=options)

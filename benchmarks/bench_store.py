@@ -9,8 +9,8 @@
    ``store.memory.limit_heap_retention()`` first (as the worker should), and the build child empties its
    memtables (bounded: 2 x 64 MiB, the same at any size) before each RSS reading, so the slope is per id.
 2. lookups: absent and present ids through ``contains_many`` (and ``contains_keys``, ``lookup_many``) against
-   raw rocksdict multi-gets of the same keys on the same column family, the methods taking turns on each batch
-   (medians of 11 rounds: see ``lookups``).
+   raw rocksdict multi-gets of the same keys, each asked of the generation that holds it, the methods taking
+   turns on each batch (medians of 11 rounds: see ``lookups``).
 3. aging: ingest more batches alternating blocks without and with ``age_step`` between batches (p99 batch
    latency of each), then age the store down to half with ``age_fully`` (ids removed per second).
 
@@ -22,6 +22,7 @@ aging >= 500k ids/s and p99 with aging <= 1.5x without; <= 25 bytes per id at 10
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import platform
@@ -43,7 +44,7 @@ from rich.table import Table  # noqa: E402
 
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store.aging import AgingPolicy, age_fully, age_step  # noqa: E402
-from store.codec import CF_IDS, encode_ids  # noqa: E402
+from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
@@ -139,7 +140,7 @@ def child_build(path: str, count: int, batch: int) -> dict:
 
 def settle(store: DedupStore, timeout: float = 600, quiet_s: float = 5.0) -> None:
     """Wait for background merges (their CPU would skew what is measured next): until none is pending, or
-    none has run for ``quiet_s`` (FIFO can report a merge pending that its picker never takes: with the
+    none has run for ``quiet_s`` (RocksDB can report a compaction pending that its picker never takes: with the
     worker's memtable budget this waited out the whole timeout)."""
     deadline = time.monotonic() + timeout
     quiet_since = time.monotonic()
@@ -178,11 +179,30 @@ def _batches(items: list, batch: int) -> list[list]:
     return [items[start : start + batch] for start in range(0, len(items), batch)]
 
 
-def _raw_multiget(family, keys: list[list[bytes]], per_call: int | None):
-    """Raw multi-gets of one batch of keys: all in one list, or ``per_call`` keys a list."""
-    if per_call is None:
-        return lambda index: family[keys[index]]
-    return lambda index: [family[keys[index][at : at + per_call]] for at in range(0, len(keys[index]), per_call)]
+def _by_family(store: DedupStore, batches: list[list[bytes]]) -> list[list[tuple[object, list[bytes]]]]:
+    """Each batch's keys grouped by the generation that holds them (an id the store lacks: the newest), as the
+    id filter routes them: what RocksDB alone has to do for the batch."""
+    families = store.id_families()
+    firsts = [first for _, first, _ in families]
+    handles = {name: store.family(name) for name, _, _ in families}
+    grouped = []
+    for keys in batches:
+        groups: dict[str, list[bytes]] = {}
+        for key, seq in zip(keys, store.live_seqs(keys), strict=True):
+            name = families[bisect.bisect_right(firsts, seq) - 1][0] if seq is not None else families[-1][0]
+            groups.setdefault(name, []).append(key)
+        grouped.append([(handles[name], keys) for name, keys in groups.items()])
+    return grouped
+
+
+def _raw_multiget(grouped: list[list[tuple[object, list[bytes]]]], per_call: int | None):
+    """Raw multi-gets of one batch of keys, each asked of its generation: all in one list, or ``per_call``
+    keys a list."""
+    return lambda index: [
+        family[keys[at : at + (per_call or len(keys))]]
+        for family, keys in grouped[index]
+        for at in range(0, len(keys), per_call or len(keys))
+    ]
 
 
 def _interleaved(methods: dict, count: int, rng: random.Random) -> dict[str, float]:
@@ -208,17 +228,20 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
     median round's, ratios the median of the rounds' ratios."""
     rng = random.Random(11)
     drawn = [rng.randrange(total) for _ in range(PRESENT_SAMPLE)]
-    family = store.family(CF_IDS)
     results = {}
     for label, sample, make_ids in (
         ("absent", ABSENT_SAMPLE, lambda: [absent_id(n) for n in range(ABSENT_SAMPLE)]),
         ("present", PRESENT_SAMPLE, lambda: [message_id(n) for n in drawn]),
     ):  # make_ids() gives new objects each call: a copy per method
+
+        def raw(make_ids=make_ids) -> list[list[tuple[object, list[bytes]]]]:
+            return _by_family(store, _batches(encode_ids(make_ids()), batch))
+
         methods = {
-            "raw_multiget_whole_batch_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), None),
-            "raw_multiget_512_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), 512),
+            "raw_multiget_whole_batch_per_s": _raw_multiget(raw(), None),
+            "raw_multiget_512_per_s": _raw_multiget(raw(), 512),
             # the lists the store's API sends (dedup_store.LOOKUP_CHUNK)
-            "raw_multiget_32_per_s": _raw_multiget(family, _batches(encode_ids(make_ids()), batch), 32),
+            "raw_multiget_32_per_s": _raw_multiget(raw(), 32),
             "contains_many_per_s": lambda i, b=_batches(make_ids(), batch): store.contains_many(b[i]),
             # the worker's path: a batch's ids are encoded once, for this lookup and for record()
             "contains_keys_per_s": lambda i, b=_batches(encode_ids(make_ids()), batch): store.contains_keys(b[i]),
@@ -298,7 +321,7 @@ def aging_rate(store: DedupStore) -> dict:
         "ids_aged": result.aged,
         "seconds": elapsed,
         "ids_per_second": result.aged / elapsed if elapsed else None,
-        "files_dropped": result.files_dropped,
+        "generations_dropped": result.generations_dropped,
         "bytes_before": before,
         "bytes_freed": result.bytes_dropped,
         "live_ids_after": result.live_ids,
@@ -412,7 +435,7 @@ def report(f: dict) -> None:
     )
     row(
         "aging, files dropped / bytes freed",
-        f"{aging['files_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
+        f"{aging['generations_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
         "",
         None,
     )

@@ -1020,7 +1020,7 @@ class Worker:
             log.debug("lag not measured: %s", error)
 
     def _age(self, partition: int, store: DedupStore) -> None:
-        """One bounded aging step (microseconds: it moves the cut and drops whole files below it), then the
+        """One bounded aging step (microseconds: it moves the cut and drops whole generations below it), then the
         effective window for the gauge operators page on (NaN while the store holds no id)."""
         label = str(partition)
         result = age_step(store, self._aging)

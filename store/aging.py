@@ -5,11 +5,9 @@ A step has two halves, both cheap whatever the store's size:
 1. the cut. ``first_live_seq`` (the seek hint) moves forward by at most ``max_deletes`` sequence numbers in
    one small write. From that write on, every id below the cut is absent for every reader: aging is exact
    to the sequence number, and never touches a newer id.
-2. the files. The ``ids`` family is FIFO-compacted, so each of its SST files holds one stretch of sequence
-   numbers (its batch markers say which). A file whose whole stretch is below the cut is dropped whole:
-   FIFO's size limit is lowered to the bytes of the files that stay, a compaction pass deletes the oldest
-   files down to it, and the limit goes back out of reach. No tombstone is written for an id; one range
-   tombstone then clears the ``times`` batches below the cut.
+2. the generations. Each holds one stretch of sequence numbers in a column family of its own
+   (``store.generations``); one whose whole stretch is below the cut is dropped whole, a column family drop.
+   No tombstone is written for an id; one range tombstone then clears the ``times`` batches below the cut.
 
 The worker calls ``age_step`` between batches, so ingest never waits for more than one small step; ``dedupectl
 age`` runs steps until the policy holds, on a stopped store.
@@ -20,24 +18,18 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from weakref import WeakKeyDictionary
 
 from rocksdict import WriteBatch
 
-from store.codec import CF_IDS, CF_TIMES, NO_KEYS, StoreState, decode_seq, encode_seq
+from store.codec import CF_TIMES, StoreState, decode_seq, encode_seq
 from store.dedup_store import DedupStore
 from store.errors import ConfigError
-from store.footprint import SstFile, ids_files, sst_bytes
-from store.options import IDS_MUTABLE_OPTIONS
+from store.footprint import sst_bytes
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_DELETES = 1_000_000  # ids one step may age: a step costs microseconds whatever this is
 DRAIN_TIMEOUT_S = 60.0
-
-# Per store, the last sequence number of its oldest ``ids`` file (None: not known yet): a step looks at the
-# files only once the cut passes it. New files only ever come after it; merges only move it later.
-_oldest_end: WeakKeyDictionary[DedupStore, int | None] = WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -78,7 +70,7 @@ class AgingResult:
     aged: int  # ids taken out of the window by this step
     first_live_seq: int  # the cut after the step
     live_ids: int
-    files_dropped: int
+    generations_dropped: int
     bytes_dropped: int
     done: bool  # the policy holds: nothing left to age for now
     seconds: float
@@ -95,7 +87,7 @@ def plan_aging(store: DedupStore, policy: AgingPolicy) -> AgingPlan:
     if policy.max_bytes is not None:
         total = sst_bytes(store)
         if total > policy.max_bytes:
-            bytes_cut = _cut_for_bytes(ids_files(store), total - policy.max_bytes, state.next_seq)
+            bytes_cut = _cut_for_bytes(store.generation_bytes(), total - policy.max_bytes, state.next_seq)
             if bytes_cut > target:
                 target, reason = bytes_cut, "max_bytes"
     return AgingPlan(
@@ -107,16 +99,14 @@ def plan_aging(store: DedupStore, policy: AgingPolicy) -> AgingPlan:
     )
 
 
-def _cut_for_bytes(files: list[SstFile], excess: int, next_seq: int) -> int:
-    """The cut that lets the oldest files whose sizes add up to ``excess`` go (everything, if they do not)."""
+def _cut_for_bytes(generations: list[tuple[int, int, int]], excess: int, next_seq: int) -> int:
+    """The cut that lets the oldest generations whose sizes add up to ``excess`` go (everything, if they do
+    not)."""
     freed = 0
-    for file in files:
-        seq_range = file.seq_range
-        if seq_range is None:
-            continue
-        freed += file.size
+    for _, end, size in generations:
+        freed += size
         if freed >= excess:
-            return seq_range[1] + 1
+            return end
     return next_seq  # only the memtable is left to give: age everything recorded so far
 
 
@@ -131,16 +121,13 @@ def age_step(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT_
     cut = min(target, before + max_deletes)
     if cut > before:
         advance_cut(store, cut)
-    dropped = freed = 0
-    oldest_end = _oldest_end.get(store)
-    if oldest_end is None or store.state.first_live_seq > oldest_end:
-        dropped, freed = drop_dead_files(store)
+    dropped, freed = drop_dead_generations(store)
     state = store.state
     return AgingResult(
         aged=cut - before,
         first_live_seq=state.first_live_seq,
         live_ids=state.live_ids,
-        files_dropped=dropped,
+        generations_dropped=dropped,
         bytes_dropped=freed,
         done=cut >= target,
         seconds=time.perf_counter() - started,
@@ -186,68 +173,16 @@ def _times_batch_start(store: DedupStore, seq: int) -> int:
         del it
 
 
-def _dead_prefix(files: list[SstFile], cut: int) -> list[SstFile]:
-    dead = []
-    for file in files:  # oldest first: the dead files are a prefix
-        seq_range = file.seq_range
-        if seq_range is None or seq_range[1] >= cut:
-            break
-        dead.append(file)
-    return dead
-
-
-def drop_dead_files(store: DedupStore) -> tuple[int, int]:
-    """Delete the ``ids`` files wholly below the cut; returns ``(files, bytes)`` dropped.
-
-    Skipped (and retried by the next step) while a flush or a compaction is under way: FIFO deletes the
-    oldest files until the total fits the limit, so no file may appear or change between reading the sizes
-    and the deletion. The caller is the only writer, so none can.
-    """
-    ids = store.family(CF_IDS)
-    if not ids.property_int_value("rocksdb.num-files-at-level0"):  # everything still in memtables
-        return 0, 0
-    files = ids_files(store)
-    dead = _dead_prefix(files, store.state.first_live_seq)
-    _remember_oldest(store, files, len(dead))
-    if not dead or _busy(store):
-        return 0, 0
-    # FIFO deletes oldest files while the total exceeds the limit: at ``keep`` + (smallest dead file - 1) it
-    # still deletes every dead file, and tolerates that much growth of the live ones (none is expected)
-    limit = sum(file.size for file in files) - sum(file.size for file in dead) + min(file.size for file in dead) - 1
-    try:
-        ids.set_options({"compaction_options_fifo": f"{{max_table_files_size={max(limit, 1)};allow_compaction=true}}"})
-        # a key range no memtable ever holds: a manual compaction over it flushes nothing (a flush would add
-        # a file and make FIFO delete a live one to fit the limit), and FIFO picks by size anyway
-        ids.compact_range(NO_KEYS[0], NO_KEYS[1])
-    finally:
-        ids.set_options(IDS_MUTABLE_OPTIONS)
-    trim_times(store)
-    after = ids_files(store)
-    _remember_oldest(store, after, 0)
-    remaining = {file.number for file in after}
-    gone = [file for file in files if file.number not in remaining]
-    unexpected = [file for file in gone if file not in dead]
-    if unexpected:  # never seen: FIFO deleted past the dead files, so raise the cut past what it took
-        log.error("aging dropped live files %s; advancing the cut past them", [f.number for f in unexpected])
-        last = max(file.seq_range[1] for file in unexpected if file.seq_range is not None)
-        advance_cut(store, last + 1)
-    return len(gone), sum(file.size for file in gone)
-
-
-def _remember_oldest(store: DedupStore, files: list[SstFile], skip: int) -> None:
-    """Note the end of the oldest file that stays (``skip`` dead files go); -1 when a dead one must be retried."""
-    if skip:
-        _oldest_end[store] = -1  # dead files wait (a flush or compaction was under way): look again next step
-        return
-    ends = [file.seq_range[1] for file in files if file.seq_range is not None]
-    _oldest_end[store] = ends[0] if ends else None
-
-
-def _busy(store: DedupStore) -> bool:
-    """A flush or compaction is under way (either could add or replace an ``ids`` file)."""
-    if (store.family(CF_IDS).property_int_value("rocksdb.num-immutable-mem-table") or 0) > 0:
-        return True
-    return (store.db.property_int_value("rocksdb.num-running-compactions") or 0) > 0
+def drop_dead_generations(store: DedupStore) -> tuple[int, int]:
+    """Drop the generations wholly below the cut, and the ``times`` batches below it with them; returns
+    ``(generations, bytes)`` dropped. A generation being sealed waits for a later step."""
+    families = store.id_families()
+    if not families or families[0][2] > store.state.first_live_seq:
+        return 0, 0  # the oldest still holds live ids: a step costs one comparison
+    dropped, freed = store.drop_generations_below(store.state.first_live_seq)
+    if dropped:
+        trim_times(store)
+    return dropped, freed
 
 
 def age_fully(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT_MAX_DELETES) -> AgingResult:
@@ -256,21 +191,20 @@ def age_fully(store: DedupStore, policy: AgingPolicy, max_deletes: int = DEFAULT
     aged = files = freed = 0
     while True:
         result = age_step(store, policy, max_deletes)
-        aged, files, freed = aged + result.aged, files + result.files_dropped, freed + result.bytes_dropped
+        aged, files, freed = aged + result.aged, files + result.generations_dropped, freed + result.bytes_dropped
         if result.done and result.aged == 0:
             break
-    if _dead_prefix(ids_files(store), store.state.first_live_seq):  # a step found a flush under way
-        deadline = time.monotonic() + DRAIN_TIMEOUT_S
-        while _busy(store) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        more_files, more_bytes = drop_dead_files(store)
+    families = store.id_families()
+    if families and families[0][2] <= store.state.first_live_seq:  # a step found the generation being sealed
+        store.wait_for_seals(DRAIN_TIMEOUT_S)
+        more_files, more_bytes = drop_dead_generations(store)
         files, freed = files + more_files, freed + more_bytes
     state = store.state
     return AgingResult(
         aged=aged,
         first_live_seq=state.first_live_seq,
         live_ids=state.live_ids,
-        files_dropped=files,
+        generations_dropped=files,
         bytes_dropped=freed,
         done=True,
         seconds=time.perf_counter() - started,

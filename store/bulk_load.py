@@ -8,9 +8,9 @@ the ``times`` values byte for byte). The
 sequence is cut into batches (what a worker transaction records at most) and the batches into buckets (see
 ``LoadLayout``): one ``ids`` SST file and one ``times`` SST file per bucket.
 
-- ``ids`` (FIFO): each file holds one stretch of consecutive sequence numbers with its batch markers, so its
-  smallest and largest keys are its sequence range, exactly like a file flushed by the worker; aging drops
-  the oldest files whole.
+- ``ids``: each file holds one stretch of consecutive sequence numbers, with no bloom filter (as a sealed
+  generation's run has none); ``ingest`` puts the files of each generation's stretch into its family
+  (``store.generations``) and compacts a generation of several files into one run.
 - ``times``: one key per batch, the batch's first sequence number; its timestamps and digest, as ``record``
   writes them.
 
@@ -30,10 +30,9 @@ from itertools import islice, pairwise
 from pathlib import Path
 
 import numpy as np
-from rocksdict import IngestExternalFileOptions, SstFileWriter
+from rocksdict import Cache, IngestExternalFileOptions, SstFileWriter
 
 from store.codec import (
-    CF_IDS,
     CF_TIMES,
     DELTA_WIDTHS,
     StoreState,
@@ -41,23 +40,22 @@ from store.codec import (
     batch_digests_joined,
     encode_fixed_ids_end_to_end,
     encode_ids,
-    encode_marker,
     encode_seq,
     pack_times,
     seq_width,
 )
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
-from store.options import store_options
+from store.options import generation_options, store_options
 
 # A bulk load is the critical path of restoring capacity: its files use zstd's fastest level, not the ids
-# family's high one (worth it only for files flushed in the background); FIFO merges apply the family's own.
+# families' high one (a generation of several files is rewritten at that one when it is compacted).
 BULK_ZSTD_LEVEL = 1
 
 
 @dataclass(frozen=True)
 class LoadLayout:
-    """How the sequence is cut: ``batch_ids`` per recorded batch (one ``times`` value, one pair of markers;
+    """How the sequence is cut: ``batch_ids`` per recorded batch (one ``times`` value;
     the worker records at most its batch size at once), a multiple of it per SST file (the unit aging drops)."""
 
     batch_ids: int = 10_000
@@ -137,13 +135,13 @@ def write_bucket_places(
     if (row_of_place < 0).any():
         raise StoreCorruptError(f"bucket {bucket} lacks some of sequence numbers {span}")
 
-    _, families = store_options(create=True)
+    _, families, _ = store_options(create=True)
     directory.mkdir(parents=True, exist_ok=True)
     files = BucketFiles(
         bucket, first_seq, count, directory / f"ids-{bucket:06d}.sst", directory / f"times-{bucket:06d}.sst"
     )
     batch_starts = range(first_seq, first_seq + count, layout.batch_ids)
-    _write_ids_file(files, families[CF_IDS], keys, _seq_values(places, first_seq, count, layout.batch_ids), layout)
+    _write_ids_file(files, keys, _seq_values(places, first_seq, count, layout.batch_ids))
     # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
     stamps = stamps_by_row[row_of_place]
     digests_of = _digests_in_seq_order(keys, end_to_end, row_of_place)
@@ -175,25 +173,17 @@ def _keys_in_order(
     return keys, end_to_end, places, stamps_by_row
 
 
-def _write_ids_file(files: BucketFiles, options, keys: list[bytes], values, layout: LoadLayout) -> None:
-    """The bucket's ``ids`` SST file: its batches' start markers, the keys, then its batches' end markers."""
-    first_seq, last_seq = files.first_seq, files.first_seq + files.count - 1
-    batch_starts = range(first_seq, last_seq + 1, layout.batch_ids)
-    options.set_compression_options(-14, BULK_ZSTD_LEVEL, 0, 0)  # window bits (default), level, strategy, dict
-    writer = SstFileWriter(options=options)
+def _write_ids_file(files: BucketFiles, keys: list[bytes], values) -> None:
+    """The bucket's ``ids`` SST file: its keys, in order, and their sequence numbers."""
+    writer = SstFileWriter(options=generation_options(Cache(0), filtered=False, zstd_level=BULK_ZSTD_LEVEL))
     writer.open(str(files.ids_path))
-    put = writer.__setitem__
-    for batch_first in batch_starts:  # the markers first: 0x00 sorts before every id key (see codec)
-        put(encode_marker(True, batch_first), b"")
     try:
-        deque(map(put, keys, values), maxlen=0)
+        deque(map(writer.__setitem__, keys, values), maxlen=0)
     except Exception as error:  # RocksDB refuses a key equal to the one before (its message is not ours)
         duplicate = next((a for a, b in pairwise(keys) if a == b), None)
         if duplicate is not None:
             raise StoreCorruptError(f"the same id key twice in one bucket ({duplicate[:40]!r})") from error
         raise
-    for batch_first in batch_starts:  # and last: 0xFF sorts after every id key
-        put(encode_marker(False, min(batch_first + layout.batch_ids - 1, last_seq)), b"")
     writer.finish()
 
 
@@ -245,8 +235,8 @@ def ingest(
     state: StoreState,
     window_ids: int | None = None,
 ) -> DedupStore:
-    """Create a fresh store at ``path`` from the buckets' SST files (moved in, oldest sequence numbers first,
-    so FIFO ages them first) and set its state; returns it open for writing, its id filter built for
+    """Create a fresh store at ``path`` from the buckets' SST files (moved in, each into the generation of its
+    sequence numbers) and set its state; returns it open for writing, its id filter built for
     ``window_ids`` (see ``DedupStore.open``)."""
     ordered = sorted(buckets, key=lambda b: b.first_seq)
     expected = 0
@@ -262,10 +252,17 @@ def ingest(
     try:
         options = IngestExternalFileOptions()
         options.set_move_files(True)  # a rename (hard link), not a copy
+        store.write_state(state)  # first: the generations' stretch follows from the ids held
         if ordered:
-            store.family(CF_IDS).ingest_external_file([str(f.ids_path) for f in ordered], options)
+            # a generation starts at the first bucket of its stretch: a bucket is never split between two
+            stretch = store.generation_ids()
+            by_generation: dict[int, list[BucketFiles]] = {}
+            for files in ordered:
+                by_generation.setdefault(files.first_seq // stretch, []).append(files)
+            store.ingest_generations(
+                {group[0].first_seq: [str(f.ids_path) for f in group] for group in by_generation.values()}
+            )
             store.family(CF_TIMES).ingest_external_file([str(f.times_path) for f in ordered], options)
-        store.write_state(state)
         store.flush()
         store.prepare_filter()  # saved when the store closes: its first worker need not read every id
     except BaseException:

@@ -1,10 +1,11 @@
-"""Byte layout of the dedup store (schema version 4).
+"""Byte layout of the dedup store (schema version 5).
 
-Every id is stored exactly once (bytes per id: docs/benchmarks.md). Three column families, always written
-together in one ``WriteBatch``:
+Every id is stored exactly once (bytes per id: docs/benchmarks.md). The ids in generation families, plus
+two more families, always written together in one ``WriteBatch``:
 
-``ids``    (FIFO compaction: its SST files are written in sequence order, so each file is a bucket of
-           consecutive sequence numbers and aging drops whole files: no tombstones)
+``ids.<first sequence number, 20 digits>``  one family per generation (``store.generations``): the ids
+           recorded under the numbers from its first to the next generation's first; aging drops a family
+           whole once the cut has passed its last number
            key    packed id: ``0xA0 0x10`` + 16 bytes  for ``ajs-`` + 32 lowercase hex digits (the prefix is
                                                     "ajs-" read as hex with j, s, - as 0, 1, 0: a whole batch
                                                     packs with one unhexlify)
@@ -12,9 +13,9 @@ together in one ``WriteBatch``:
                              ``0x03`` + the raw bytes, for any other id
            value  the id's sequence number, big-endian, as few bytes as the batch's largest needs
                   (1 byte up to 255, 2 up to 65,535, ...; leading zeros are allowed)
-           key    ``0x00`` + ``>Q`` first sequence number of a batch   } markers, value empty: an SST file's
-           key    ``0xFF`` + ``>Q`` last sequence number of a batch    } smallest and largest keys are then
-                                                                         its sequence range (``dedupectl sst``)
+           (schema 4 and older: one FIFO family ``ids`` for all of them, with batch markers ``0x00`` / ``0xFF``
+           + ``>Q`` first / last sequence number of a batch, which made each file's smallest and largest keys
+           its sequence range; such a store is migrated to generations when a writer opens it)
 ``times``  key    ``>Q`` first sequence number of a batch (fixed-width big-endian: byte order is numeric
                   order; decimal strings would sort "10" before "9")
            value  ``>Bq`` delta width (2, 4 or 8; + 0x80 when digests end the value, + 0x40 when output
@@ -43,8 +44,8 @@ the probability of a false duplicate is 0, at 100 billion keys as at one. (Hashi
 would give about 270 false duplicates, i.e. 270 new messages silently dropped.)
 
 Aging. ``first live sequence`` is the exact cut: an id whose sequence number is below it is absent for
-every reader at once (``live_seqs_of`` applies it), whatever files still hold it; files whose whole range is
-below it are then dropped.
+every reader at once (``live_seqs_of`` applies it), whatever generations still hold it; generations whose
+whole range is below it are then dropped.
 
 Offsets follow Kafka's commit convention: the *next* offset to read, so a fresh store holds -1.
 
@@ -57,8 +58,9 @@ batches numbered below its ``from_seq`` belong to the topic's earlier life: the 
 recorded without offsets (``DedupStore.output_offsets``). A store without these keys has no gap (builds
 before them ignore the keys, and would read such earlier offsets as the present topic's).
 
-Versions. Schema 2 is schema 3 without digests, and schema 3 is schema 4 without output offsets: such a store
-opens, and a read-write open marks it 4 (older builds then refuse it instead of misreading the new fields);
+Versions. Schema 2 is schema 3 without digests, schema 3 is schema 4 without output offsets, and schema 4 is
+schema 5 with every id in the one ``ids`` family: such a store opens, and a read-write open moves its ids into
+generations and marks it 5 (older builds then refuse it instead of misreading the new fields);
 its old batches are reconciled id by id, and where the aging cut falls in a batch without offsets, reconcile
 cannot place the cut exactly and says so.
 """
@@ -78,14 +80,17 @@ from functools import lru_cache
 from itertools import accumulate, islice
 from operator import sub
 
-SCHEMA_VERSION = 4
-READABLE_SCHEMA_VERSIONS = (2, 3, 4)  # 2: no digests in ``times``; 3: no output offsets (see Versions)
+SCHEMA_VERSION = 5
+# 2: no digests in ``times``; 3: no output offsets; 4: one ``ids`` family (see Versions)
+READABLE_SCHEMA_VERSIONS = (2, 3, 4, 5)
+FIRST_GENERATIONS_SCHEMA = 5
 MAX_ID_BYTES = 256
 
 CF_IDS = "ids"
 CF_TIMES = "times"
 CF_META = "meta"
-COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)
+COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)  # as commands name them: ``ids`` is every generation
+REQUIRED_FAMILIES = (CF_TIMES, CF_META)  # on disk in every store (generations come and go)
 # Not a family on disk: the name of the read-only sequence view ``DedupStore.family(SEQ_VIEW)`` builds on
 # demand. A family of that name on disk marks a schema 1 store, which this build does not open.
 SEQ_VIEW = "seq"
@@ -105,11 +110,9 @@ TAG_UUID = 0x02
 TAG_RAW = 0x03
 MARK_FIRST = 0x00
 MARK_LAST = 0xFF
-# Iteration bounds of the id keys (markers excluded).
+# Iteration bounds of the id keys (schema 4's batch markers excluded).
 IDS_LOWER = bytes([TAG_UUID])
 IDS_UPPER = bytes([MARK_LAST])
-# A key range that never holds a key (no tag 0x01): what aging "compacts" to make FIFO drop files.
-NO_KEYS = (b"\x01", b"\x01\x00")
 
 _SEQ_KEY = struct.Struct(">Q")
 _STATE = struct.Struct(">QQqq")

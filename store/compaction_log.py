@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from store.codec import COLUMN_FAMILIES
+from store import generations
+from store.codec import CF_IDS, COLUMN_FAMILIES
 from store.errors import ConfigError
 from store.rocks_log import LogLine, log_files, read_lines
 
@@ -59,6 +60,11 @@ class Job:
         return self.finished is not None
 
 
+def _family(name: str | None) -> str | None:
+    """A family as the commands name it: every generation's is ``ids``."""
+    return CF_IDS if name is not None and generations.first_seq_of(name) is not None else name
+
+
 def _size(text: str) -> int | None:
     match = _SIZE.match(text)
     return int(float(match[1]) * _SIZE_UNITS[match[2]]) if match else None
@@ -97,7 +103,7 @@ class JobParser:
                 log=line.file,
                 job=None,
                 kind="deletion",
-                family=fifo["cf"],
+                family=_family(fifo["cf"]),
                 reason="aging (FIFO size limit)",
                 started=line.time,
                 finished=line.time,
@@ -112,7 +118,7 @@ class JobParser:
         job_line = _JOB.match(text)
         if not job_line:
             return
-        log, number, rest, family = line.file, int(job_line["job"]), job_line["rest"], job_line["cf"]
+        log, number, rest, family = line.file, int(job_line["job"]), job_line["rest"], _family(job_line["cf"])
         compacting = _COMPACTING.match(rest)
         if compacting:
             inputs = {f"L{level}": int(count) for count, level in _INPUT.findall(compacting["inputs"])}
@@ -156,7 +162,7 @@ class JobParser:
         elif name == "table_file_creation":
             job = self._get(log, number)
             if job.kind == "flush":
-                self._put(replace(job, family=job.family or event.get("cf_name"), keys_out=_entries(event)))
+                self._put(replace(job, family=job.family or _family(event.get("cf_name")), keys_out=_entries(event)))
         elif name == "compaction_started":
             job = self._get(log, number, "compaction")
             files = tuple(file for key, value in event.items() if key.startswith("files_L") for file in value)

@@ -2,39 +2,50 @@
 
 Writers open it read-write (taking RocksDB's lock, so two processes never share a store); inspection opens
 it as a secondary instance, which takes no lock and follows the writer. The byte layout is in ``store.codec``:
-each id is stored once, keyed by its packed bytes, with its sequence number as the value; ``first_live_seq``
-is the exact aging cut every reader applies. A worker's store (``open``) also keeps an id filter in memory
+each id is stored once, keyed by its packed bytes, with its sequence number as the value, in the generation
+family of its sequence number (``store.generations``); ``first_live_seq`` is the exact aging cut every reader
+applies. A worker's store (``open``) also keeps an id filter in memory
 (``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds, and
 saved beside the database (``FILTER_FILE``) when it closes.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import os
 import shutil
 import struct
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from itertools import repeat
-from operator import is_not
 from pathlib import Path
 
 import numpy as np
-from rocksdict import AccessType, Checkpoint, Rdict, ReadOptions, WriteBatch
+from rocksdict import (
+    AccessType,
+    Cache,
+    Checkpoint,
+    IngestExternalFileOptions,
+    Rdict,
+    ReadOptions,
+    SstFileWriter,
+    WriteBatch,
+)
 
+from store import generations as gens
 from store import id_filter as filters
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
     CF_META,
     CF_TIMES,
-    COLUMN_FAMILIES,
     DIGEST_BYTES,
     DIGEST_CHUNK,
+    FIRST_GENERATIONS_SCHEMA,
     GAP_TRUNCATED,
     IDS_LOWER,
     IDS_UPPER,
@@ -44,6 +55,7 @@ from store.codec import (
     META_REFUSED_GAP,
     META_STATE,
     READABLE_SCHEMA_VERSIONS,
+    REQUIRED_FAMILIES,
     SCHEMA_VERSION,
     SEQ_VIEW,
     AcceptedGap,
@@ -61,7 +73,6 @@ from store.codec import (
     encode_gap,
     encode_identity,
     encode_ids,
-    encode_marker,
     encode_seq,
     encode_seq_values,
     encode_state,
@@ -83,8 +94,9 @@ from store.errors import (
     StoreNotFoundError,
     StoreVersionError,
 )
+from store.generations import Generation, Generations
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
-from store.options import IDS_MUTABLE_OPTIONS, SharedMemory, store_options
+from store.options import SEALED_GENERATION_OPTIONS, SharedMemory, generation_options, seal_options, store_options
 from store.seq_view import SeqView
 
 log = logging.getLogger(__name__)
@@ -96,6 +108,8 @@ FILTER_FILE = "id-filter"  # the id filter, saved beside the database when the s
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
+_SECONDARY_OPEN_ATTEMPTS = 5
+_LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
 
 
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
@@ -125,13 +139,19 @@ def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity
 
 
 def _upgrade_schema(db: Rdict, identity: StoreIdentity) -> StoreIdentity:
-    """Mark a schema-2 store opened for writing as schema 3: it is about to get batch digests, which builds
-    that read only schema 2 would misread (see ``store.codec``, Versions)."""
+    """Mark a store opened for writing, its ids in generations, as the current schema: it is about to get
+    fields that older builds would misread (see ``store.codec``, Versions)."""
     if identity.schema_version == SCHEMA_VERSION:
         return identity
     upgraded = replace(identity, schema_version=SCHEMA_VERSION)
     _put_meta(db, {META_IDENTITY: encode_identity(upgraded)})
     return upgraded
+
+
+def _store_options(names: tuple[str, ...], create: bool, shared: SharedMemory | None = None):
+    """``store_options`` for the families on disk."""
+    generations = tuple(name for name in names if gens.first_seq_of(name) is not None)
+    return store_options(create, shared, generations, legacy_ids=CF_IDS in names)
 
 
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
@@ -164,18 +184,18 @@ class DedupStore:
         *,
         filtered: bool = False,
         window_ids: int | None = None,
+        families: tuple[str, ...] = (),
+        new_generation_options=None,
     ):
         self._db = db
         self.path = path
         self.identity = identity
         self._state = state
         self.writable = writable
-        self._ids = db.get_column_family(CF_IDS)
-        self._times = db.get_column_family(CF_TIMES)
-        self._meta = db.get_column_family(CF_META)
-        self._ids_handle = db.get_column_family_handle(CF_IDS)
-        self._times_handle = db.get_column_family_handle(CF_TIMES)
-        self._meta_handle = db.get_column_family_handle(CF_META)
+        self._new_generation_options = new_generation_options
+        self._sealing: dict[str, threading.Thread] = {}
+        self._closed = False
+        self._attach(families)
         self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
         self._seq_view: SeqView | None = None
         # the id filter in front of lookups: for the stores of a worker (``open``), made on first lookup
@@ -186,8 +206,36 @@ class DedupStore:
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
         self._load_gaps()
-        if writable:
-            self._ids.set_options(IDS_MUTABLE_OPTIONS)
+
+    def _attach(self, families: tuple[str, ...]) -> None:
+        """Take up the families of ``self._db``. A store not yet migrated reads its one ``ids`` family as a
+        single generation (see store.codec); leftovers of an interrupted migration are then ignored."""
+        db = self._db
+        self._family_names_on_open = families
+        migrated = self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA
+        self._legacy_ids: Generation | None = None
+        if CF_IDS in families:
+            self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
+        self._generations = Generations(
+            [self._generation(name, first) for name in families if (first := gens.first_seq_of(name)) is not None]
+            if migrated or self._legacy_ids is None
+            else [self._legacy_ids]
+        )
+        self._times = db.get_column_family(CF_TIMES)
+        self._meta = db.get_column_family(CF_META)
+        self._times_handle = db.get_column_family_handle(CF_TIMES)
+        self._meta_handle = db.get_column_family_handle(CF_META)
+
+    def _reopen_secondary(self) -> None:
+        """Open the database again (a secondary instance): the writer added or dropped generations."""
+        self._close_families()
+        self._db.close()
+        names, self._db = self._open_secondary_db(self.path, self._secondary_dir.name)
+        self.identity, self._state = self._read_meta(self._db, self.path)
+        self._attach(names)
+
+    def _generation(self, name: str, first_seq: int) -> Generation:
+        return Generation(first_seq, name, self._db.get_column_family(name), self._db.get_column_family_handle(name))
 
     # -- opening -------------------------------------------------------------------------------------
 
@@ -219,9 +267,8 @@ class DedupStore:
             )
         if not (path / "CURRENT").exists() and (not path.exists() or not any(path.iterdir())):
             cls._create(path, StoreIdentity(topic=topic, partition=partition, created_ms=now_ms()))
-        else:
-            cls._check_families(path)
-        options, families = store_options(create=True, shared=shared)
+        names = cls._check_families(path)
+        options, families, new_generation = _store_options(names, create=True, shared=shared)
         try:
             db = Rdict(str(path), options=options, column_families=families)
         except Exception as error:
@@ -239,8 +286,12 @@ class DedupStore:
                     f"store {path} belongs to {identity.topic}[{identity.partition}], not {topic}[{partition}]",
                     "check --data-dir; never copy a store between partitions",
                 )
-            identity = _upgrade_schema(db, identity)
-        return cls(db, path, identity, state, writable=True, filtered=True, window_ids=window_ids)
+        store = cls(
+            db, path, identity, state, writable=True, filtered=True, window_ids=window_ids, families=names,
+            new_generation_options=new_generation,
+        )  # fmt: skip
+        store._settle_layout()
+        return store
 
     @staticmethod
     def _create(path: Path, identity: StoreIdentity) -> None:
@@ -249,7 +300,7 @@ class DedupStore:
         would take a half-made store for a foreign database. The rename makes it appear whole or not at all."""
         building = path.with_name(f".{path.name}.creating")
         shutil.rmtree(building, ignore_errors=True)  # left by a crash during an earlier creation
-        options, families = store_options(create=True)
+        options, families, _ = store_options(create=True)
         try:
             db = Rdict(str(building), options=options, column_families=families)
         except Exception as error:
@@ -271,39 +322,51 @@ class DedupStore:
         """Open an existing store for writing (maintenance verbs); refuses to create one."""
         path = Path(path)
         cls._require_store_dir(path)
-        cls._check_families(path)
-        options, families = store_options(create=False)
+        names = cls._check_families(path)
+        options, families, new_generation = _store_options(names, create=False)
         try:
             db = Rdict(str(path), options=options, column_families=families)
         except Exception as error:
             raise _translate_open_error(path, error) from error
         identity, state = cls._read_meta(db, path)
-        return cls(db, path, _upgrade_schema(db, identity), state, writable=True)
+        store = cls(db, path, identity, state, writable=True, families=names, new_generation_options=new_generation)
+        store._settle_layout()
+        return store
 
     @classmethod
     def open_secondary(cls, path: Path) -> DedupStore:
         """Open for reading without the writer's lock; works while a worker writes to the store."""
         path = Path(path)
         cls._require_store_dir(path)
-        cls._check_families(path)
-        options, families = store_options(create=False)
-        options.set_max_open_files(-1)  # required by secondary instances
         scratch = tempfile.TemporaryDirectory(prefix="dedupectl-secondary-")
         try:
-            db = Rdict(
-                str(path),
-                options=options,
-                column_families=families,
-                access_type=AccessType.secondary(scratch.name),
-            )
-            db.try_catch_up_with_primary()
-        except Exception as error:
+            names, db = cls._open_secondary_db(path, scratch.name)
+        except BaseException:
             scratch.cleanup()
-            raise _translate_open_error(path, error) from error
+            raise
         identity, state = cls._read_meta(db, path)
-        store = cls(db, path, identity, state, writable=False)
+        store = cls(db, path, identity, state, writable=False, families=names)
         store._secondary_dir = scratch
         return store
+
+    @classmethod
+    def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict]:
+        for attempt in range(_SECONDARY_OPEN_ATTEMPTS):
+            names = cls._check_families(path)
+            options, families, _ = _store_options(names, create=False)
+            options.set_max_open_files(-1)  # required by secondary instances
+            try:
+                db = Rdict(
+                    str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
+                )
+                db.try_catch_up_with_primary()
+            except Exception as error:
+                # the writer dropped a generation (aging) between the listing and the open: list again
+                if "Column family not found" in str(error) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
+                    continue
+                raise _translate_open_error(path, error) from error
+            return names, db
+        raise AssertionError("unreachable")
 
     @staticmethod
     def _require_store_dir(path: Path) -> None:
@@ -315,11 +378,13 @@ class DedupStore:
             )
 
     @staticmethod
-    def _check_families(path: Path) -> None:
+    def _check_families(path: Path) -> tuple[str, ...]:
+        """The column families on disk, once they are known to make a dedup store."""
         try:
-            families = set(Rdict.list_cf(str(path)))
+            names = tuple(Rdict.list_cf(str(path)))
         except Exception as error:
             raise _translate_open_error(path, error) from error
+        families = set(names)
         if CF_META in families and set(LEGACY_FAMILIES) & families and CF_TIMES not in families:
             raise StoreVersionError(
                 f"store {path} has schema version 1 (each id stored twice); this dedupectl reads version "
@@ -327,12 +392,13 @@ class DedupStore:
                 "stop the worker, move the directory aside and start the worker again: recovery rebuilds the "
                 "store from the output topic (or use the dedupectl release that wrote it)",
             )
-        missing = set(COLUMN_FAMILIES) - families
+        missing = set(REQUIRED_FAMILIES) - families
         if missing:
             raise StoreNotFoundError(
                 f"{path} is a RocksDB database but not a dedup store (no {', '.join(sorted(missing))} family)",
                 "check --data-dir and --partition",
             )
+        return names
 
     @staticmethod
     def _read_meta(db: Rdict, path: Path) -> tuple[StoreIdentity, StoreState]:
@@ -365,6 +431,85 @@ class DedupStore:
             raise problem
         return identity, state
 
+    # -- the layout on disk --------------------------------------------------------------------------
+
+    def _settle_layout(self) -> None:
+        """For a writer: move a schema 4 store's ids into generations, then mark the store current. On any
+        failure the store is closed and the error raised."""
+        try:
+            legacy = self._legacy_ids
+            if legacy is not None and self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA:
+                self._legacy_ids = None  # migrated, and killed before this family was dropped
+                self._drop_family(legacy)
+            elif legacy is not None:
+                self._migrate_legacy_ids(legacy)
+            self.identity = _upgrade_schema(self._db, self.identity)
+            for generation in list(self._generations)[:-1]:
+                if self._unsealed(generation):  # a seal a stop or crash cut short
+                    self._seal(generation)
+                else:
+                    generation.family.set_options(SEALED_GENERATION_OPTIONS)
+        except BaseException:
+            self.close()
+            raise
+
+    def _migrate_legacy_ids(self, legacy: Generation) -> None:
+        """Write the live ids of schema 4's one ``ids`` family into generations, one SST file each, written
+        apart and ingested; then mark the store schema 5 and drop the old family.
+
+        Killed at any point, the store is the old one or the new one: until the schema mark is written the old
+        family is what every reader uses, and the next writer drops the half-made generations and starts again;
+        once it is written the generations are whole, and the next writer drops the old family."""
+        started = time.monotonic()
+        for name in Rdict.list_cf(str(self.path)):
+            if gens.first_seq_of(name) is not None:  # an interrupted migration's
+                self._db.drop_column_family(name)
+        scratch = self.path / ".migrating"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        stretch = self.generation_ids()
+        cut = self._state.first_live_seq
+        writer_options = generation_options(Cache(0), filtered=False)
+        writers: dict[int, SstFileWriter] = {}
+        read = ReadOptions()
+        read.set_iterate_upper_bound(IDS_UPPER)  # not the batch markers
+        read.fill_cache(False)
+        moved = 0
+        try:
+            for key, value in legacy.family.items(from_key=IDS_LOWER, read_opt=read):  # key order: each file's
+                seq = int.from_bytes(value, "big")
+                if seq < cut:
+                    continue  # aged: not carried over
+                first = seq // stretch * stretch
+                writer = writers.get(first)
+                if writer is None:
+                    writer = writers[first] = SstFileWriter(options=writer_options)
+                    writer.open(str(scratch / f"{first:020d}.sst"))
+                writer[key] = value
+                moved += 1
+            for writer in writers.values():
+                writer.finish()
+            firsts = sorted(writers)
+            ingest = IngestExternalFileOptions()
+            ingest.set_move_files(True)
+            for first in firsts:
+                name = gens.family_name(first)
+                family = self._db.create_column_family(name, self._new_generation_options)
+                family.ingest_external_file([str(scratch / f"{first:020d}.sst")], ingest)
+                family.close()
+        finally:
+            writers.clear()
+            shutil.rmtree(scratch, ignore_errors=True)
+        self.identity = _upgrade_schema(self._db, self.identity)  # from here on the generations are the store
+        self._legacy_ids = None
+        self._drop_family(legacy)
+        self._generations = Generations([self._generation(gens.family_name(first), first) for first in firsts])
+        log.info(
+            "%s[%d]: moved %d ids into %d generations in %.1f s (schema %d)",
+            self.identity.topic, self.identity.partition, moved, len(self._generations), time.monotonic() - started,
+            SCHEMA_VERSION,
+        )  # fmt: skip
+
     # -- reading -------------------------------------------------------------------------------------
 
     @property
@@ -374,7 +519,17 @@ class DedupStore:
     def refresh(self) -> None:
         """Secondary instances: catch up with the writer and reload the state."""
         if not self.writable:
-            self._db.try_catch_up_with_primary()
+            # a secondary instance follows only the families it opened with: one the writer added or
+            # dropped since (a generation) makes it open again
+            if set(Rdict.list_cf(str(self.path))) != set(self._family_names_on_open):
+                self._reopen_secondary()
+            else:
+                try:
+                    self._db.try_catch_up_with_primary()
+                except Exception as error:
+                    if "unknown column family" not in str(error):
+                        raise
+                    self._reopen_secondary()
             raw = self._meta.get(META_STATE)
             if raw is not None:
                 self._state = decode_state(raw)
@@ -461,29 +616,45 @@ class DedupStore:
     def contains_keys(self, keys: list[bytes]) -> list[bool]:
         """``contains_many`` for ids already encoded (``store.codec.encode_ids``): the worker encodes each
         batch once, for this lookup and for ``record``. A worker's store asks its id filter first, and RocksDB
-        only about the ids the filter may hold."""
+        only about the ids the filter may hold, each in the generations of the group the filter holds for it."""
         if not self._filtered or not keys:
             return self.contains_keys_in_db(keys)
         id_filter = self._filter if self._filter is not None else self._ready_filter()
-        maybe = np.flatnonzero(id_filter.may_hold(key_hashes(keys))).tolist()
+        masks = id_filter.group_masks(key_hashes(keys))
+        maybe = np.flatnonzero(masks).tolist()
         found = [False] * len(keys)
         if maybe:
-            for index, held in zip(maybe, self.contains_keys_in_db(list(map(keys.__getitem__, maybe))), strict=True):
-                found[index] = held
+            routes = self._routes(id_filter, masks[maybe])
+            values = self._values([keys[index] for index in maybe], LOOKUP_CHUNK, routes)
+            cut = self._state.first_live_seq
+            for index, seq in zip(maybe, live_seqs_of(values, cut) if cut else values, strict=True):
+                found[index] = seq is not None
         return found
 
     def contains_keys_in_db(self, keys: list[bytes]) -> list[bool]:
-        """``contains_keys`` answered by RocksDB alone, without the id filter: what the filter must agree with."""
+        """``contains_keys`` answered by RocksDB alone, without the id filter: what the filter must agree with.
+        Every generation is asked (the newest first), each about the ids not found yet."""
+        values = self._values(keys, LOOKUP_CHUNK)
         cut = self._state.first_live_seq
-        found = [False] * len(keys)
-        for number, values in enumerate(self._value_lists(keys, LOOKUP_CHUNK)):
-            if values.count(None) == len(values):  # the usual list: no id seen before, nothing to write
-                continue
-            start = number * LOOKUP_CHUNK
-            if cut:  # something has aged: an id below the cut reads as absent
-                values = live_seqs_of(values, cut)
-            found[start : start + len(values)] = map(is_not, values, repeat(None, len(values)))
-        return found
+        return [seq is not None for seq in (live_seqs_of(values, cut) if cut else values)]
+
+    def _routes(self, id_filter: IdFilter, masks: np.ndarray) -> list[list[Generation]]:
+        """For each mask of the filter's groups an id may be in, the generations those groups' stretches
+        cover: one, or two where a generation does not start where a stretch does."""
+        by_mask: dict[int, list[Generation]] = {}
+        routes = []
+        generations = self._generations
+        for mask in masks.tolist():
+            route = by_mask.get(mask)
+            if route is None:
+                route = []
+                for tag in range(GROUPS):
+                    start = id_filter.group_starts[tag]
+                    if mask >> tag & 1 and start >= 0:
+                        route += [g for g in generations.covering(start, start + id_filter.span) if g not in route]
+                by_mask[mask] = route
+            routes.append(route)
+        return routes
 
     # -- the id filter -------------------------------------------------------------------------------
 
@@ -523,10 +694,7 @@ class DedupStore:
         twice the ids held without one, so that a growing store builds one again only when it doubles."""
         started = time.monotonic()
         state = self._state
-        bound, live = self._window_ids, state.live_ids
-        # aging keeps the window to its bound; past it or without one, room to double before the next build
-        window = max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
-        id_filter = IdFilter(math.ceil(window * FILTER_SLACK / (GROUPS - 1)))
+        id_filter = IdFilter(math.ceil(self._filter_window() * FILTER_SLACK / (GROUPS - 1)))
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {self.path}: a new id filter cannot hold its window (a bug)")
         added = 0
@@ -542,22 +710,29 @@ class DedupStore:
             )  # fmt: skip
         return id_filter
 
+    def _filter_window(self) -> int:
+        """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
+        that a growing store builds one again only when it doubles."""
+        bound, live = self._window_ids, self._state.live_ids
+        return max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
+
     def _id_chunks(self, low: int, high: int) -> Iterator[tuple[list[bytes], list[int]]]:
-        """``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time, in key order: one
-        scan of the ``ids`` family, which is keyed by id (the id filter and the sequence view are built so)."""
+        """``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time: one scan of each
+        generation that may hold them (the id filter and the sequence view are built so)."""
         read = ReadOptions()
-        read.set_iterate_upper_bound(IDS_UPPER)  # the batch markers are not ids
+        read.set_iterate_upper_bound(IDS_UPPER)  # a schema 4 family's batch markers are not ids
         read.fill_cache(False)
         keys: list[bytes] = []
         seqs: list[int] = []
-        for key, value in self._ids.items(from_key=IDS_LOWER, read_opt=read):
-            seq = int.from_bytes(value, "big")
-            if low <= seq < high:
-                keys.append(key)
-                seqs.append(seq)
-                if len(keys) >= _SCAN_CHUNK:
-                    yield keys, seqs
-                    keys, seqs = [], []
+        for generation in self._generations.covering(low, high):
+            for key, value in generation.family.items(from_key=IDS_LOWER, read_opt=read):
+                seq = int.from_bytes(value, "big")
+                if low <= seq < high:
+                    keys.append(key)
+                    seqs.append(seq)
+                    if len(keys) >= _SCAN_CHUNK:
+                        yield keys, seqs
+                        keys, seqs = [], []
         if keys:
             yield keys, seqs
 
@@ -595,20 +770,56 @@ class DedupStore:
         return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
 
     def _raw_values(self, keys: list[bytes], per_call: int) -> list[bytes | None]:
-        """The ``ids`` family's values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a
-        multi-get."""
-        if len(keys) <= per_call:
-            return self._ids[keys] if keys else []
-        values: list[bytes | None] = []
-        for some in self._value_lists(keys, per_call):
-            values += some
+        """The ``ids`` values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a multi-get;
+        through the id filter's routes when the store has one, else from every generation."""
+        id_filter = self._filter if self._filtered else None
+        if id_filter is None or not keys:
+            return self._values(keys, per_call)
+        masks = id_filter.group_masks(key_hashes(keys))
+        maybe = np.flatnonzero(masks).tolist()
+        values: list[bytes | None] = [None] * len(keys)
+        if maybe:
+            found = self._values([keys[i] for i in maybe], per_call, self._routes(id_filter, masks[maybe]))
+            for index, value in zip(maybe, found, strict=True):
+                values[index] = value
         return values
 
-    def _value_lists(self, keys: list[bytes], per_call: int) -> Iterator[list[bytes | None]]:
-        """``_raw_values`` of ``keys``, one multi-get's list at a time."""
-        ids = self._ids
-        for start in range(0, len(keys), per_call):
-            yield ids[keys[start : start + per_call]]
+    def _values(
+        self, keys: list[bytes], per_call: int, routes: list[list[Generation]] | None = None
+    ) -> list[bytes | None]:
+        """The values of ``keys`` in the generations: ``routes[i]`` those that may hold ``keys[i]``, or without
+        routes every generation, the newest first, each asked about the keys not found yet."""
+        values: list[bytes | None] = [None] * len(keys)
+        if routes is None:
+            pending = list(range(len(keys)))
+            for generation in self._generations.newest_first():
+                if not pending:
+                    break
+                pending = self._ask(generation, keys, pending, values, per_call)
+            return values
+        asked: dict[str, tuple[Generation, list[int]]] = {}
+        for index, route in enumerate(routes):
+            for generation in route:
+                asked.setdefault(generation.name, (generation, []))[1].append(index)
+        for generation, indexes in asked.values():
+            self._ask(generation, keys, indexes, values, per_call)
+        return values
+
+    @staticmethod
+    def _ask(
+        generation: Generation, keys: list[bytes], indexes: list[int], values: list[bytes | None], per_call: int
+    ) -> list[int]:
+        """Multi-get ``keys[indexes]`` from one generation into ``values``; returns the indexes not found."""
+        family = generation.family
+        missing = []
+        for start in range(0, len(indexes), per_call):
+            chunk = indexes[start : start + per_call]
+            for index, value in zip(chunk, family[[keys[i] for i in chunk]], strict=True):
+                if value is None:
+                    missing.append(index)
+                else:
+                    values[index] = value
+        return missing
 
     def timestamps(self, seqs: Sequence[int]) -> list[int]:
         """The record timestamp (ms) of each recorded sequence number, from ``times`` (one seek per batch of
@@ -668,7 +879,7 @@ class DedupStore:
                 continue
             if live is not None:
                 continue  # not lost: live under its own number
-            batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._ids_handle)
+            batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._generations.holding(seq).handle)
             taken.add(seq)
             keys_taken.add(key)
             placed[index] = seq
@@ -833,8 +1044,10 @@ class DedupStore:
         return self._db.property_int_value("rocksdb.num-running-compactions") or 0
 
     def compaction_pending(self) -> bool:
-        """Whether RocksDB counts a compaction of the ids as pending (FIFO may count one it never picks)."""
-        return bool(self._ids.property_int_value("rocksdb.compaction-pending"))
+        """Whether RocksDB counts a compaction of the ids as pending, or a generation is being sealed."""
+        if any(thread.is_alive() for thread in self._sealing.values()):
+            return True
+        return any(g.family.property_int_value("rocksdb.compaction-pending") for g in self._generations)
 
     @property
     def db(self) -> Rdict:
@@ -842,12 +1055,14 @@ class DedupStore:
         return self._db
 
     def family(self, name: str) -> Rdict:
-        """A column family by name, for this package's modules and their tests: the layers above use the methods
-        of this class. ``SEQ_VIEW`` (no longer on disk) is the read-only sequence view: ``>Q seq -> messageId`` of
-        the live ids, built on first use (see ``iter_by_seq``)."""
+        """A column family by name (a generation's too), for this package's modules and their tests: the layers
+        above use the methods of this class. ``SEQ_VIEW`` (no longer on disk) is the read-only sequence view:
+        ``>Q seq -> messageId`` of the live ids, built on first use (see ``iter_by_seq``)."""
         if name == SEQ_VIEW:
             return self._view(self._state.first_live_seq, self._state.next_seq).db
-        return {CF_IDS: self._ids, CF_TIMES: self._times, CF_META: self._meta}[name]
+        if name in (CF_TIMES, CF_META):
+            return {CF_TIMES: self._times, CF_META: self._meta}[name]
+        return self._generation_named(name).family
 
     def family_handle(self, name: str):
         if name == SEQ_VIEW:
@@ -855,7 +1070,147 @@ class DedupStore:
                 f"store {self.path} has no {SEQ_VIEW!r} family on disk (schema {SCHEMA_VERSION})",
                 "remove ids with DedupStore.forget_many; read them in order with iter_by_seq",
             )
-        return {CF_IDS: self._ids_handle, CF_TIMES: self._times_handle, CF_META: self._meta_handle}[name]
+        if name in (CF_TIMES, CF_META):
+            return {CF_TIMES: self._times_handle, CF_META: self._meta_handle}[name]
+        return self._generation_named(name).handle
+
+    def _generation_named(self, name: str) -> Generation:
+        for generation in self._generations:
+            if generation.name == name:
+                return generation
+        raise StoreError(f"store {self.path} has no family {name!r}")
+
+    # -- generations ---------------------------------------------------------------------------------
+
+    def id_families(self) -> list[tuple[str, int, int]]:
+        """``(family, first, end)`` of each generation, oldest first: the numbers from ``first`` to ``end - 1``
+        are recorded there (a store not yet migrated: its one ``ids`` family)."""
+        next_seq = self._state.next_seq
+        return [(g.name, g.first_seq, self._generations.end_of(g, next_seq)) for g in self._generations]
+
+    def generation_ids(self) -> int:
+        """Numbers per generation: the id filter's stretch (``store.generations``), for the window it has or,
+        before it is made, the one it will be made for."""
+        if self._filter is not None:
+            return max(gens.MIN_GENERATION_IDS, self._filter.span)
+        return gens.generation_ids(self._filter_window(), GROUPS, FILTER_SLACK)
+
+    def _generations_for(self, first: int, count: int) -> list[tuple[int, Generation]]:
+        """``(first number, generation)`` for the numbers ``first`` to ``first + count - 1``, starting the new
+        generations they reach (and sealing the one they leave)."""
+        stretch = self.generation_ids()
+        while True:
+            newest = self._generations.newest
+            if newest is None:
+                self._start_generation(first)
+                continue
+            boundary = (newest.first_seq // stretch + 1) * stretch
+            if boundary >= first + count:
+                break
+            self._start_generation(max(boundary, first))
+        return [(max(g.first_seq, first), g) for g in self._generations.covering(first, first + count)]
+
+    def _start_generation(self, first_seq: int) -> None:
+        """Create the generation starting at ``first_seq`` and seal the one before it. A crash right after
+        leaves it empty: the next write of a number from ``first_seq`` on goes there all the same."""
+        previous = self._generations.newest
+        name = gens.family_name(first_seq)
+        try:
+            self._db.create_column_family(name, self._new_generation_options)
+        except Exception as error:
+            raise StoreError(f"store {self.path}: cannot create the family of a new generation: {error}") from error
+        self._generations.add(self._generation(name, first_seq))
+        if previous is not None:
+            self._seal(previous)
+
+    def ingest_generations(self, files: dict[int, list[str]]) -> None:
+        """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
+        ``store.bulk_load``) become the generation starting at that number; the files of a generation that has
+        several are compacted into its one run here, so the store is ready for lookups when this returns."""
+        self._require_writable()
+        if len(self._generations):
+            raise StoreError(f"store {self.path} holds ids already: a bulk load fills a fresh store")
+        ingest = IngestExternalFileOptions()
+        ingest.set_move_files(True)  # a rename (hard link), not a copy
+        for first in sorted(files):
+            name = gens.family_name(first)
+            self._db.create_column_family(name, self._new_generation_options).close()
+            generation = self._generation(name, first)
+            self._generations.add(generation)
+            generation.family.ingest_external_file(files[first], ingest)
+            if len(files[first]) > 1:
+                generation.family.compact_range(None, None, seal_options())
+
+    def _seal(self, generation: Generation) -> None:
+        """Flush a generation no longer written and compact it into its filterless run, on a thread of its own
+        (RocksDB works without the GIL: the writer goes on meanwhile)."""
+        generation.sealed = False
+        generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
+
+        def run() -> None:
+            try:
+                generation.family.flush(True)
+                generation.family.compact_range(None, None, seal_options())
+            except Exception as error:  # left as it is: still correct, only its filter stays in memory
+                log.warning("store %s: could not seal generation %s: %s", self.path, generation.name, error)
+            finally:
+                generation.sealed = True
+
+        thread = threading.Thread(target=run, name=f"seal-{generation.name}", daemon=True)
+        self._sealing[generation.name] = thread
+        thread.start()
+
+    @staticmethod
+    def _unsealed(generation: Generation) -> bool:
+        """Whether a generation has files above its last level (a sealed one has one run there)."""
+        family = generation.family
+        return any(family.property_int_value(f"rocksdb.num-files-at-level{level}") for level in range(_LAST_LEVEL))
+
+    def wait_for_seals(self, timeout_s: float | None = None) -> bool:
+        """Wait until no generation is being sealed; False if ``timeout_s`` ran out first."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for name, thread in list(self._sealing.items()):
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return False
+            del self._sealing[name]
+        return True
+
+    def generation_bytes(self) -> list[tuple[int, int, int]]:
+        """``(first, end, SST bytes)`` of each generation, oldest first (what ``max_bytes`` aging weighs)."""
+        next_seq = self._state.next_seq
+        return [
+            (
+                g.first_seq,
+                self._generations.end_of(g, next_seq),
+                g.family.property_int_value("rocksdb.total-sst-files-size") or 0,
+            )
+            for g in self._generations
+        ]
+
+    def drop_generations_below(self, cut: int) -> tuple[int, int]:
+        """Drop the generations whose every number is below ``cut`` (never one being sealed: the next step
+        takes it); returns ``(generations, SST bytes)`` dropped."""
+        self._require_writable()
+        next_seq = self._state.next_seq
+        dropped = freed = 0
+        for generation in list(self._generations):
+            if self._generations.end_of(generation, next_seq) > cut:
+                break
+            thread = self._sealing.get(generation.name)
+            if thread is not None and thread.is_alive():
+                break
+            self._sealing.pop(generation.name, None)
+            freed += generation.family.property_int_value("rocksdb.total-sst-files-size") or 0
+            self._generations.remove(generation)
+            self._drop_family(generation)
+            dropped += 1
+        return dropped, freed
+
+    def _drop_family(self, generation: Generation) -> None:
+        generation.family.close()
+        generation.family = generation.handle = None
+        self._db.drop_column_family(generation.name)
 
     # -- writing -------------------------------------------------------------------------------------
 
@@ -885,16 +1240,21 @@ class DedupStore:
         first = state.next_seq
         count = len(ids)
         if count:
-            put, ids_handle = batch.put, self._ids_handle
-            # the markers make each SST file's smallest and largest keys its sequence range (see codec)
-            put(encode_marker(True, first), b"", ids_handle)
             if keys is None:
                 keys = encode_ids(ids)
             values = encode_seq_values(first, count)
+            starts = self._generations_for(first, count)
+            put = batch.put
             # in key order: the memtable's skip list takes sorted keys about 20% faster, more than the sort costs
-            for index in sorted(range(count), key=keys.__getitem__):
-                put(keys[index], values[index], ids_handle)
-            put(encode_marker(False, first + count - 1), b"", ids_handle)
+            ordered = sorted(range(count), key=keys.__getitem__)
+            if len(starts) == 1:  # the usual batch: all in the newest generation
+                handle = starts[0][1].handle
+                for index in ordered:
+                    put(keys[index], values[index], handle)
+            else:
+                firsts = [start for start, _ in starts]
+                for index in ordered:
+                    put(keys[index], values[index], starts[bisect.bisect_right(firsts, first + index) - 1][1].handle)
             # the batch's digests let reconcile check a stretch of output against it without a lookup per id
             times = encode_times(timestamps_ms, batch_digests(keys), output_offsets)
             put(encode_seq(first), times, self._times_handle)
@@ -922,7 +1282,7 @@ class DedupStore:
         removed: list[int] = []
         for key, seq in zip(keys, self.live_seqs(keys), strict=True):
             if seq is not None:
-                batch.delete(key, self._ids_handle)
+                batch.delete(key, self._generations.holding(seq).handle)
                 removed.append(seq)
         if removed:
             self._drop_digests(sorted(removed), batch)
@@ -963,28 +1323,38 @@ class DedupStore:
 
     def flush(self) -> None:
         """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""
-        for family in (self._ids, self._times, self._meta):
+        for family in (*(g.family for g in self._generations), self._times, self._meta):
             family.flush(True)
 
     def close(self) -> None:
-        if self._ids is None:  # closed already
+        if self._closed:
             return
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
             if self.writable:
+                self.wait_for_seals()
                 self._save_filter()
             if self._seq_view is not None:
                 self._seq_view.close()
                 self._seq_view = None
-            for family in (self._ids, self._times, self._meta):
-                family.close()
-            self._ids = self._times = self._meta = None
-            self._ids_handle = self._times_handle = self._meta_handle = None
+            self._close_families()
             self._db.close()
+            self._closed = True
         finally:
-            if self._secondary_dir is not None:
+            if self._secondary_dir is not None and self._closed:
                 self._secondary_dir.cleanup()
                 self._secondary_dir = None
+
+    def _close_families(self) -> None:
+        for generation in {id(g): g for g in (*self._generations, self._legacy_ids) if g is not None}.values():
+            if generation.family is not None:
+                generation.family.close()
+            generation.family = generation.handle = None
+        self._generations = Generations([])
+        self._legacy_ids = None
+        self._times.close()
+        self._meta.close()
+        self._times = self._meta = self._times_handle = self._meta_handle = None
 
     def __enter__(self) -> DedupStore:
         return self

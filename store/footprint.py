@@ -1,5 +1,5 @@
-"""What a store occupies: its SST files per column family (with the sequence range of each ``ids`` file) and
-its bytes on disk."""
+"""What a store occupies: its SST files per column family (with the sequence range of the generation each
+``ids`` file belongs to) and its bytes on disk."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _NOT_DATA = re.compile(r"^(LOG(\.old\.\d+)?|LOCK)$")
 
 @dataclass(frozen=True)
 class SstFile:
-    family: str
+    family: str  # ``ids`` for a file of any generation
     level: int
     number: int
     size: int
@@ -26,13 +26,9 @@ class SstFile:
     largest: bytes
     entries: int
     deletions: int
-
-    @property
-    def seq_range(self) -> tuple[int, int] | None:
-        """``(first, last)`` sequence numbers of an ``ids`` file, read from its batch markers."""
-        if self.family == CF_IDS and is_marker(self.smallest) and is_marker(self.largest):
-            return decode_marker(self.smallest), decode_marker(self.largest)
-        return None
+    # ``(first, last)`` sequence numbers an ``ids`` file may hold: its generation's (a schema 4 file: its batch
+    # markers'); None for other families, and for the newest generation before it has recorded anything
+    seq_range: tuple[int, int] | None = None
 
 
 def _file_number(name: str) -> int:
@@ -41,7 +37,17 @@ def _file_number(name: str) -> int:
 
 
 def family_file_numbers(store: DedupStore, family: str) -> dict[int, int]:
-    """``{file number: level}`` of one family's live SST files (the binding's file list has no family)."""
+    """``{file number: level}`` of one column family's live SST files (the binding's file list has no family);
+    ``ids`` means every generation."""
+    if family == CF_IDS:
+        numbers: dict[int, int] = {}
+        for name, _, _ in store.id_families():
+            numbers.update(_file_numbers(store, name))
+        return numbers
+    return _file_numbers(store, family)
+
+
+def _file_numbers(store: DedupStore, family: str) -> dict[int, int]:
     text = store.family(family).property_value("rocksdb.sstables") or ""
     numbers: dict[int, int] = {}
     level = 0
@@ -61,27 +67,36 @@ def sst_files(store: DedupStore, families: tuple[str, ...] = COLUMN_FAMILIES) ->
     live = {_file_number(entry["name"]): entry for entry in store.db.live_files()}
     files = []
     for family in families:
-        for number, level in family_file_numbers(store, family).items():
-            entry = live.get(number)
-            if entry is None:  # deleted between the two reads
-                continue
-            files.append(
-                SstFile(
-                    family=family,
-                    level=level,
-                    number=number,
-                    size=entry["size"],
-                    smallest=entry["start_key"],
-                    largest=entry["end_key"],
-                    entries=entry["num_entries"],
-                    deletions=entry["num_deletions"],
+        places: list[tuple[str, tuple[int, int] | None]] = [(family, None)]
+        if family == CF_IDS:
+            places = [(name, (first, end - 1) if end > first else None) for name, first, end in store.id_families()]
+        for name, generation_range in places:
+            for number, level in _file_numbers(store, name).items():
+                entry = live.get(number)
+                if entry is None:  # deleted between the two reads
+                    continue
+                smallest, largest = entry["start_key"], entry["end_key"]
+                seq_range = generation_range
+                if name == CF_IDS and is_marker(smallest) and is_marker(largest):  # schema 4
+                    seq_range = decode_marker(smallest), decode_marker(largest)
+                files.append(
+                    SstFile(
+                        family=family,
+                        level=level,
+                        number=number,
+                        size=entry["size"],
+                        smallest=smallest,
+                        largest=largest,
+                        entries=entry["num_entries"],
+                        deletions=entry["num_deletions"],
+                        seq_range=seq_range,
+                    )
                 )
-            )
-    return sorted(files, key=lambda f: (COLUMN_FAMILIES.index(f.family), f.seq_range or (f.level, f.number)))
+    return sorted(files, key=lambda f: (COLUMN_FAMILIES.index(f.family), f.seq_range or (-1, -1), f.level, f.number))
 
 
 def ids_files(store: DedupStore) -> list[SstFile]:
-    """The ``ids`` files in sequence order."""
+    """The ``ids`` files of every generation, the oldest generation first."""
     return sst_files(store, (CF_IDS,))
 
 

@@ -229,6 +229,20 @@ class IdFilter:
         zero_lane = (words - _LANES) & ~words & _LANE_TOPS
         return np.bitwise_or.reduce(zero_lane, axis=1) != 0
 
+    def group_masks(self, hashes: np.ndarray) -> np.ndarray:
+        """For each hash, a bit per group whose entries match its fingerprint (0: the store certainly does not
+        hold it): the groups, and so the stretches of sequence numbers, its id may have been recorded in."""
+        masks = np.zeros(hashes.size, np.uint16)
+        maybe = np.flatnonzero(self.may_hold(hashes))
+        if maybe.size == 0:
+            return masks
+        fingerprints, first, second = self._parts(hashes[maybe])
+        slots = np.concatenate((self.table[first], self.table[second]), axis=1)
+        matches = (slots >> np.uint16(GROUP_BITS)) == fingerprints[:, None]  # an empty slot (0) never matches
+        bits = np.where(matches, np.left_shift(np.uint16(1), slots & _GROUP_MASK), np.uint16(0))
+        masks[maybe] = np.bitwise_or.reduce(bits, axis=1)
+        return masks
+
     def entries(self) -> int:
         return int(np.count_nonzero(self.table))
 

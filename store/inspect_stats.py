@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from store.codec import CF_IDS, COLUMN_FAMILIES
+from store.codec import CF_IDS, CF_META, CF_TIMES
 from store.dedup_store import DedupStore
-from store.footprint import ids_files
 from store.rocks_log import StatsDump, last_stats_dump, parse_count, parse_size
 from store.selection import StoreRef
 
@@ -143,12 +142,58 @@ def _bloom(dump: StatsDump | None) -> BloomStats | None:
     )
 
 
-def _live_ids_bytes(store: DedupStore) -> int:
-    """SST bytes of the ``ids`` files that still hold live ids. RocksDB's live-data estimate counts an L0 file
-    only where no newer file covers its key range, as if it held older versions of the same keys; FIFO files
-    hold distinct ids over the whole key range, so it counted little more than the newest file."""
-    cut = store.state.first_live_seq
-    return sum(file.size for file in ids_files(store) if file.seq_range is None or file.seq_range[1] >= cut)
+def _family_stats(store: DedupStore, name: str, dump: StatsDump | None, aged: bool = False) -> FamilyStats:
+    family = store.family(name)
+    levels = _live_levels(family.property_value("rocksdb.cfstats") or "")
+    if dump is not None and name in dump.tables:
+        levels = _with_io(levels, dump.tables[name])
+    return FamilyStats(
+        family=name,
+        levels=levels,
+        estimated_keys=family.property_int_value("rocksdb.estimate-num-keys"),
+        live_data_bytes=0 if aged else family.property_int_value("rocksdb.estimate-live-data-size"),
+        sst_bytes=family.property_int_value("rocksdb.total-sst-files-size"),
+        memtable_bytes=family.property_int_value("rocksdb.cur-size-all-mem-tables"),
+        pending_compaction_bytes=family.property_int_value("rocksdb.estimate-pending-compaction-bytes"),
+    )
+
+
+def _merged(name: str, parts: list[FamilyStats]) -> FamilyStats:
+    """One row for the families of the ``ids`` generations: counts and bytes added up level by level."""
+
+    def total(values) -> int | None:
+        known = [value for value in values if value is not None]
+        return sum(known) if known else None
+
+    by_level: dict[str, list[LevelStats]] = {}
+    for part in parts:
+        for level in part.levels:
+            by_level.setdefault(level.level, []).append(level)
+    levels = [
+        LevelStats(
+            level=level,
+            files=sum(row.files for row in rows),
+            size_bytes=sum(row.size_bytes for row in rows),
+            score=max((row.score for row in rows if row.score is not None), default=None),
+            read_gb=total(row.read_gb for row in rows),
+            write_gb=total(row.write_gb for row in rows),
+            write_amp=None,  # a ratio: not added up
+            comp_seconds=total(row.comp_seconds for row in rows),
+            comp_count=total(row.comp_count for row in rows),
+            keys_in=total(row.keys_in for row in rows),
+            keys_dropped=total(row.keys_dropped for row in rows),
+        )
+        for level, rows in sorted(by_level.items(), key=lambda item: (item[0] == "Sum", item[0]))
+    ]
+    return FamilyStats(
+        family=name,
+        levels=levels,
+        estimated_keys=total(part.estimated_keys for part in parts),
+        live_data_bytes=total(part.live_data_bytes for part in parts),
+        sst_bytes=total(part.sst_bytes for part in parts),
+        memtable_bytes=total(part.memtable_bytes for part in parts),
+        pending_compaction_bytes=total(part.pending_compaction_bytes for part in parts),
+    )
 
 
 def store_stats(ref: StoreRef) -> StoreStats:
@@ -156,24 +201,11 @@ def store_stats(ref: StoreRef) -> StoreStats:
     dump = last_stats_dump(ref.path)
     with DedupStore.open_secondary(ref.path) as store:
         families = []
-        for name in COLUMN_FAMILIES:
-            family = store.family(name)
-            levels = _live_levels(family.property_value("rocksdb.cfstats") or "")
-            if dump is not None and name in dump.tables:
-                levels = _with_io(levels, dump.tables[name])
-            families.append(
-                FamilyStats(
-                    family=name,
-                    levels=levels,
-                    estimated_keys=family.property_int_value("rocksdb.estimate-num-keys"),
-                    live_data_bytes=_live_ids_bytes(store)
-                    if name == CF_IDS
-                    else family.property_int_value("rocksdb.estimate-live-data-size"),
-                    sst_bytes=family.property_int_value("rocksdb.total-sst-files-size"),
-                    memtable_bytes=family.property_int_value("rocksdb.cur-size-all-mem-tables"),
-                    pending_compaction_bytes=family.property_int_value("rocksdb.estimate-pending-compaction-bytes"),
-                )
-            )
+        cut = store.state.first_live_seq
+        generations = [
+            _family_stats(store, name, dump, aged=end <= cut) for name, _, end in store.id_families()
+        ]  # a generation wholly below the cut goes at the next aging step: none of its data is live
+        families = [_merged(CF_IDS, generations), *(_family_stats(store, name, dump) for name in (CF_TIMES, CF_META))]
         return StoreStats(
             topic=ref.topic,
             partition=ref.partition,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from rocksdict import BottommostLevelCompaction, CompactOptions
 
 from store import clock
-from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_files, plan_aging
+from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_generations, plan_aging
 from store.codec import CF_IDS, CF_META, CF_TIMES, AcceptedGap, decode_id, decode_marker, decode_seq, is_marker
 from store.dedup_store import DedupStore
 from store.errors import ConfigError, StoreLockedError
@@ -210,7 +210,7 @@ class SstRow:
     largest: str
     entries: int
     deletions: int
-    first_seq: int | None  # ids files: the sequence range they hold
+    first_seq: int | None  # ids files: the sequence range of their generation
     last_seq: int | None
 
 
@@ -268,15 +268,15 @@ class CompactOutcome:
     tombstones_after: int
     bytes_before: int
     bytes_after: int
-    dead_files_dropped: int
+    dead_generations_dropped: int
     seconds: float
 
 
 def compact_stores(
     refs: Sequence[StoreRef], on_store: Callable[[StoreRef], None] | None = None
 ) -> list[CompactOutcome]:
-    """Drop ``ids`` files wholly aged out, merge small ``ids`` files, and compact ``times``/``meta`` to the
-    bottom level so range tombstones left by aging go. Needs the worker stopped."""
+    """Drop the generations wholly aged out, compact each other one into its one sorted run, and compact
+    ``times``/``meta`` to the bottom level so range tombstones left by aging go. Needs the worker stopped."""
     outcomes = []
     for ref in refs:
         if on_store is not None:
@@ -285,19 +285,18 @@ def compact_stores(
             ref,
             "compact",
             "stop the worker first: compaction competes with ingest for disk and CPU, and the running worker "
-            "already drops aged-out files as it goes",
+            "already drops aged-out generations as it goes",
         )
         with store:
             started = time.perf_counter()
             bytes_before = dir_bytes(ref.path)
             store.flush()  # so the memtables' tombstones count among the files' and go with them
             before = sst_files(store)
-            dead, _ = drop_dead_files(store)
+            dead, _ = drop_dead_generations(store)
             options = CompactOptions()
             options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
-            for name in (CF_TIMES, CF_META):
+            for name in (*(name for name, _, _ in store.id_families()), CF_TIMES, CF_META):
                 store.family(name).compact_range(None, None, options)
-            store.family(CF_IDS).compact_range(None, None)  # FIFO: merges small neighbouring files
             after = sst_files(store)
             outcomes.append(
                 CompactOutcome(
@@ -309,7 +308,7 @@ def compact_stores(
                     tombstones_after=sum(file.deletions for file in after),
                     bytes_before=bytes_before,
                     bytes_after=dir_bytes(ref.path),
-                    dead_files_dropped=dead,
+                    dead_generations_dropped=dead,
                     seconds=time.perf_counter() - started,
                 )
             )

@@ -1,16 +1,17 @@
 """RocksDB options for the dedup store.
 
-Nearly every lookup is for an id never seen, so the bloom filter is what saves a disk read: full filters on
-every file, 16 bits per key, never ``optimize_filters_for_hits``: a false positive decompresses a whole data
-block, and at 10 bits they were frequent enough to slow absent lookups down. Filters and indexes stay in the
-table readers (not in the block cache): the cache is split into shards, and a filter block bigger than a
-shard would be evicted at once and re-read on every lookup. Every table stays open (``max_open_files = -1``).
-Figures: docs/benchmarks.md, "Figures behind design choices".
+The ``ids`` generations (``store.generations``) are leveled families, each compacted into one sorted run
+once it is sealed. That run is the last level, and it has no bloom filter (``optimize_filters_for_hits``):
+a lookup reaches a generation only when the id filter says it may hold the id, so the run's index finds the
+one data block to read, and a filter there would only cost memory (2 bytes per id at 16 bits). The newest
+generation's upper levels and L0 files keep full 16-bit filters while it is written. Data blocks are 4 KiB,
+lz4 above the last level (data passing through) and zstd on it (data that stays): a duplicate's lookup
+decompresses one small block. Filters and indexes stay in the table readers (not in the block cache), and
+every table stays open (``max_open_files = -1``). Figures: docs/benchmarks.md, "Figures behind design
+choices".
 
-The ``ids`` family uses FIFO compaction: nothing ever rewrites an id into another level, so each SST file
-holds one stretch of consecutive sequence numbers, in the order they were published. Aging drops whole files
-(see ``store.aging``); small files are merged with their neighbours in time (``allow_compaction``) so a lookup
-probes few filters. FIFO's own size limit is set out of reach: only aging decides what goes.
+Stores of schema 4 and older kept every id in one FIFO family, ``ids``; its options are kept here so such a
+store opens to be migrated (``DedupStore``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from dataclasses import dataclass
 
 from rocksdict import (
     BlockBasedOptions,
+    BottommostLevelCompaction,
     Cache,
+    CompactOptions,
     DBCompactionStyle,
     DBCompressionType,
     FifoCompactOptions,
@@ -31,12 +34,12 @@ from store.codec import CF_IDS, CF_META, CF_TIMES
 
 BLOOM_BITS_PER_KEY = 16
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # data blocks only: what duplicates (rare) and filter false positives read
-IDS_BLOCK_BYTES = 16 * 1024  # larger blocks and restart intervals compress ids better
+IDS_BLOCK_BYTES = 16 * 1024  # schema 4's FIFO family
 IDS_RESTART_INTERVAL = 32
 # zstd 12 instead of the default 3: fewer bytes per id for background CPU at flush (random bytes leave little
 # else to gain); decompression, i.e. lookups, costs the same
 IDS_ZSTD_LEVEL = 12
-FIFO_UNBOUNDED = 1 << 62  # FIFO's own size limit, out of reach: aging lowers it only to drop given files
+FIFO_UNBOUNDED = 1 << 62  # schema 4's FIFO size limit, out of reach: aging decided what went
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 ARENA_BLOCKS_PER_BUFFER = 64
 MIN_ARENA_BLOCK_BYTES = 64 * 1024
@@ -45,15 +48,16 @@ LOG_FILE_BYTES = 16 * 1024 * 1024
 LOG_FILES_KEPT = 10  # the LOG is what `dedupectl compactions` and `stats` read
 STATS_DUMP_SECONDS = 300
 
-# Applied with set_options after a read-write open (the Python binding exposes no setter for it).
-IDS_MUTABLE_OPTIONS = {
-    "compaction_options_fifo": f"{{max_table_files_size={FIFO_UNBOUNDED};allow_compaction=true}}",
-}
+# a duplicate's lookup decompresses one block: 4 KiB costs about a quarter of 16 KiB, for a few tenths of a
+# byte per id more on disk (docs/benchmarks.md, "Figures behind design choices")
+GENERATION_BLOCK_BYTES = 4 * 1024
+GENERATION_RESTART_INTERVAL = 16
 
 
-def _table(cache: Cache, block_bytes: int) -> BlockBasedOptions:
+def _table(cache: Cache, block_bytes: int, filtered: bool = True) -> BlockBasedOptions:
     table = BlockBasedOptions()
-    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)  # full (not block-based) filters
+    if filtered:
+        table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)  # full (not block-based) filters
     table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(False)
     table.set_block_size(block_bytes)
@@ -83,6 +87,51 @@ def _ids_options(cache: Cache, write_buffer_bytes: int = WRITE_BUFFER_BYTES) -> 
     # arena blocks default to 1/8 of the write buffer: that much taken by a memtable holding its first id
     options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
     options.set_memtable_whole_key_filtering(True)
+    return options
+
+
+def generation_options(
+    cache: Cache,
+    write_buffer_bytes: int = WRITE_BUFFER_BYTES,
+    *,
+    filtered: bool = True,
+    zstd_level: int = IDS_ZSTD_LEVEL,
+) -> Options:
+    """A generation's family; ``filtered=False`` for SST files written apart (bulk load, migration) that go
+    straight to the last level, where the family keeps no filter either."""
+    options = Options(raw_mode=True)
+    table = _table(cache, GENERATION_BLOCK_BYTES, filtered)
+    table.set_block_restart_interval(GENERATION_RESTART_INTERVAL)
+    options.set_block_based_table_factory(table)
+    options.set_compaction_style(DBCompactionStyle.level())
+    options.set_level_compaction_dynamic_level_bytes(True)
+    options.set_optimize_filters_for_hits(True)  # no filter on the last level: the sealed run
+    options.set_compression_type(DBCompressionType.lz4())
+    options.set_bottommost_compression_type(DBCompressionType.zstd())
+    options.set_bottommost_compression_options(-14, zstd_level, 0, 0, True)  # window bits, level, strategy, dict
+    options.set_compression_options(-14, zstd_level, 0, 0)  # what an SST file writer uses for its one file
+    options.set_write_buffer_size(write_buffer_bytes)
+    options.set_memtable_prefix_bloom_ratio(0.02)  # about 10 bits per id of a full memtable: see _ids_options
+    options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
+    options.set_memtable_whole_key_filtering(True)
+    return options
+
+
+# A sealed generation is written no more (but for reconcile's rare repairs): its next memtables need neither
+# the newest's size nor its bloom filter, which RocksDB allocates whole with every memtable, even empty.
+SEALED_GENERATION_OPTIONS = {
+    "write_buffer_size": str(4 * 1024 * 1024),
+    "arena_block_size": str(MIN_ARENA_BLOCK_BYTES),
+    "memtable_prefix_bloom_size_ratio": "0",
+}
+
+
+def seal_options() -> CompactOptions:
+    """A manual compaction that rewrites a generation into its last level, even a lone file (a trivial move
+    would keep its filter and lz4 blocks)."""
+    options = CompactOptions()
+    options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+    options.set_exclusive_manual_compaction(False)  # flushes and other compactions go on meanwhile
     return options
 
 
@@ -128,9 +177,13 @@ def _level_options(cache: Cache) -> Options:
     return options
 
 
-def store_options(create: bool, shared: SharedMemory | None = None) -> tuple[Options, dict[str, Options]]:
-    """Return the DB options and the per-column-family options, sharing one block cache: the store's own,
-    or with ``shared`` the worker's, along with its memtable budget (see ``SharedMemory``)."""
+def store_options(
+    create: bool, shared: SharedMemory | None = None, generations: tuple[str, ...] = (), legacy_ids: bool = False
+) -> tuple[Options, dict[str, Options], Options]:
+    """Return the DB options, the options of each column family on disk (``times``, ``meta``, the named
+    ``generations`` and, with ``legacy_ids``, schema 4's ``ids``), and the options for a new generation, all
+    sharing one block cache: the store's own, or with ``shared`` the worker's, along with its memtable budget
+    (see ``SharedMemory``)."""
     cache = Cache(BLOCK_CACHE_BYTES) if shared is None else shared.block_cache
     options = _level_options(cache)
     if shared is not None:
@@ -147,6 +200,9 @@ def store_options(create: bool, shared: SharedMemory | None = None) -> tuple[Opt
     options.set_stats_dump_period_sec(STATS_DUMP_SECONDS)
     options.enable_statistics()  # bloom-filter usefulness, dumped to the LOG with the compaction stats
     ids_buffer = WRITE_BUFFER_BYTES if shared is None else shared.ids_write_buffer_bytes
-    families = {CF_IDS: _ids_options(cache, ids_buffer), CF_TIMES: _level_options(cache)}
-    families[CF_META] = _level_options(cache)
-    return options, families
+    families = {CF_TIMES: _level_options(cache), CF_META: _level_options(cache)}
+    if legacy_ids:
+        families[CF_IDS] = _ids_options(cache, ids_buffer)
+    for name in generations:
+        families[name] = generation_options(cache, ids_buffer)
+    return options, families, generation_options(cache, ids_buffer)

@@ -11,6 +11,7 @@ The Kafka release the brokers run is the pom's default unless the run asks for a
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -114,3 +115,32 @@ def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory, broker_kafka_v
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture
+def generations_of(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """``generations_of(n)``: the stores this process opens start a new generation every ``n`` sequence
+    numbers, so a test of a few thousand ids sees several (production's are the id filter's stretch, at least
+    65,536 numbers)."""
+    from store.dedup_store import DedupStore
+
+    def set_numbers(numbers: int) -> None:
+        monkeypatch.setattr(DedupStore, "generation_ids", lambda self: numbers)
+
+    return set_numbers
+
+
+@pytest.fixture
+def short_generations(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], int]:
+    """``window_for(n)``: the ``window_ids`` that gives a store generations (and id filter stretches) of about
+    ``n`` numbers, the floors that keep them long in production lifted for the test."""
+    from store import dedup_store, generations
+    from store.id_filter import GROUPS
+
+    monkeypatch.setattr(dedup_store, "MIN_FILTER_WINDOW", 1)
+    monkeypatch.setattr(generations, "MIN_GENERATION_IDS", 1)
+
+    def window_for(numbers: int) -> int:
+        return math.floor(numbers * (GROUPS - 1) / dedup_store.FILTER_SLACK)
+
+    return window_for

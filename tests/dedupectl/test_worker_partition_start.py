@@ -59,16 +59,17 @@ def test_an_empty_store_is_reported_and_every_window_exported_before_any_input(m
     assert "offsets 0.." in lines[0]
 
 
-def test_aged_files_go_without_new_input(make_pipeline, monkeypatch):
+def test_aged_generations_go_without_new_input(make_pipeline, monkeypatch, generations_of):
     monkeypatch.setattr(worker_module, "MAINTENANCE_S", 0.2)
+    generations_of(1_000)
     pipeline = make_pipeline(partitions=1)
     config = pipeline.config(max_keys=1_000)
     path = store_path(config.data_dir, config.input_topic, 0)
     with DedupStore.open(path, topic=config.input_topic, partition=0) as store:
-        for first in (0, 1_000):  # two files: ids 0..999 and 1000..1999
+        for first in (0, 1_000):  # two generations: ids 0..999 and 1000..1999
             store.record([f"ajs-{n:032x}".encode() for n in range(first, first + 1_000)], [1] * 1_000)
             store.flush()
-        advance_cut(store, 1_000)  # the first file is all below the cut, and still on disk
+        advance_cut(store, 1_000)  # the first generation is all below the cut, and still on disk
         assert [file.seq_range for file in ids_files(store)] == [(0, 999), (1_000, 1_999)]
 
     summary = pipeline.run_worker(config, idle_s=3.0)

@@ -36,7 +36,8 @@ def _contents(store: DedupStore) -> tuple:
 
 
 @pytest.mark.parametrize("kinds", [1, 3], ids=["keys-of-one-length", "keys-of-three-lengths"])
-def test_bulk_load_equals_record(tmp_path, kinds):
+def test_bulk_load_equals_record(tmp_path, kinds, generations_of):
+    generations_of(LAYOUT.bucket_ids)  # a generation per bucket
     """Buckets 1 and 2 hold batches whose values are 1 and 2 bytes wide (sequence numbers past 255)."""
     ids = _ids(530, kinds)
     stamps = [1_790_000_000_000 + 7 * n for n in range(len(ids))]
@@ -61,7 +62,7 @@ def test_bulk_load_equals_record(tmp_path, kinds):
         # every batch has its digests, as record() gives them (reconcile compares by them): they vouch for all
         assert store.match_digests(encode_ids(ids), 0) == []
         assert [f.seq_range for f in ids_files(store)] == [(0, 199), (200, 399), (400, 529)]
-        assert age_step(store, AgingPolicy(max_keys=300)).files_dropped == 1
+        assert age_step(store, AgingPolicy(max_keys=300)).generations_dropped == 1
         assert store.contains_many([ids[199], ids[230], ids[529]]) == [False, True, True]
 
 

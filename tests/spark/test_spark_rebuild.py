@@ -75,7 +75,7 @@ def test_rebuild_equals_the_workers_store_and_the_worker_runs_on_it(make_pipelin
         assert [i for _, i in store.iter_by_seq(report.ids)] == [r.key for r in new]
 
 
-def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_session, tmp_path):
+def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_session, tmp_path, generations_of):
     """Duplicates, an unkeyed record, mixed id shapes, several batches and SST files (a small layout; fewer
     files than FIFO's merge trigger), the files sent to the driver as on a cluster: still what the worker's
     recovery records, and it ages alike."""
@@ -83,6 +83,7 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
     messy_output(pipeline)
 
     layout = LoadLayout(batch_ids=100, bucket_ids=1000)
+    generations_of(1000)  # a generation per file
     report = _rebuild(pipeline, spark_session, 0, tmp_path / "rebuilt", ship_files=True, layout=layout)
     check_messy_output_rebuild(asdict(report))
     assert report.files == 3  # 1000, 1000 and 500 ids
@@ -91,9 +92,9 @@ def test_rebuild_equals_recovery_over_a_messy_output(make_pipeline, spark_sessio
 
     with DedupStore.open_existing(rebuilt) as store:
         ranges = [f.seq_range for f in ids_files(store)]
-        assert ranges == [(0, 999), (1000, 1999), (2000, 2499)]  # one stretch of sequence numbers per file
+        assert ranges == [(0, 999), (1000, 1999), (2000, 2499)]  # one stretch of sequence numbers per generation
         result = age_step(store, AgingPolicy(max_keys=1000))
-        assert result.files_dropped == 1  # the oldest file, whole: its ids are all below the cut (1500)
+        assert result.generations_dropped == 1  # the oldest generation, whole: its ids are all below the cut (1500)
     with DedupStore.open_existing(recovered) as store:
         age_step(store, AgingPolicy(max_keys=1000))
     assert store_contents(rebuilt) == store_contents(recovered)  # the same ids aged out
@@ -107,7 +108,7 @@ def _same_as_recovery(pipeline, tmp_path: Path) -> tuple[Path, Path]:
     return rebuilt, recovered
 
 
-def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_session, tmp_path):
+def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_session, tmp_path, generations_of):
     """No duplicate, so the ids are numbered the fast way (by their place in the read); mixed shapes, ids with
     a newline or bytes that are not UTF-8, an unkeyed record and two transactions (markers leave offset gaps),
     handed over on the local master: still what recovery records. The session's settings are left as found."""
@@ -124,7 +125,8 @@ def test_rebuild_hands_over_any_id_shape_without_a_shuffle(make_pipeline, spark_
     pipeline.publish([Record(None, b"{}"), *records[900:]], name="b")
     planned = spark_session.conf.get("spark.sql.optimizer.plannedWrite.enabled")
 
-    layout = LoadLayout(batch_ids=100, bucket_ids=700)  # three files: fewer than FIFO's merge trigger
+    layout = LoadLayout(batch_ids=100, bucket_ids=700)  # three files
+    generations_of(700)  # a generation each
     report = _rebuild(pipeline, spark_session, 0, tmp_path / "rebuilt", ship_files=False, layout=layout)
     assert report.without_duplicates and (report.ids, report.duplicate_records, report.unkeyed_records) == (1800, 0, 1)
     assert report.files == 3 and report.seconds_handing_over > 0

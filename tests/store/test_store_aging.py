@@ -1,16 +1,14 @@
-"""Aging by sequence: exactly the oldest ids go, whole files are dropped (no tombstones), the cut survives
+"""Aging by sequence: exactly the oldest ids go, whole generations are dropped (no tombstones), the cut survives
 restarts, and an aged-out id is new again."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy, advance_cut, age_fully, age_step, plan_aging
-from store.codec import CF_IDS
 from store.dedup_store import DedupStore
 from store.footprint import ids_files, sst_bytes
 
@@ -76,44 +74,46 @@ def test_the_cut_survives_a_restart_and_aged_ids_are_new_again(tmp_path):
         assert reader.contains_many([_id(1), _id(0), _id(2_000)]) == [False, True, True]
 
 
-def _unmerged(store: DedupStore) -> None:
-    """Keep each flush in its own file (no FIFO merges) so the test knows the file boundaries."""
-    store.family(CF_IDS).set_options({"compaction_options_fifo": "{allow_compaction=false}"})
+def _ranges(store: DedupStore) -> list[tuple[int, int]]:
+    return [(first, end) for _, first, end in store.id_families()]
 
 
-def _settle(store: DedupStore) -> None:
-    deadline = time.monotonic() + 30
-    while (store.db.property_int_value("rocksdb.num-running-compactions") or 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
+def test_aging_drops_whole_generations_and_writes_no_tombstones(tmp_path, short_generations):
+    with DedupStore.open(
+        tmp_path / "events-0", topic="events", partition=0, window_ids=short_generations(10_000)
+    ) as store:
+        stretch = store.generation_ids()
+        _fill(store, 4 * stretch, batch=1_000)
+        assert store.wait_for_seals(30)
+        assert _ranges(store) == [(n, n + stretch) for n in range(0, 4 * stretch, stretch)]
+        before = sst_bytes(store)
+        oldest = sum(file.size for file in ids_files(store) if file.seq_range == (0, stretch - 1))
+
+        cut = stretch + stretch // 2  # inside the second generation
+        result = age_step(store, AgingPolicy(max_keys=4 * stretch - cut))
+        assert (result.first_live_seq, result.generations_dropped) == (cut, 1)
+        assert _ranges(store) == [(n, n + stretch) for n in range(stretch, 4 * stretch, stretch)]
+        assert all(file.deletions == 0 for file in ids_files(store))
+        assert sst_bytes(store) < before - oldest * 0.9
+        assert store.contains_many([_id(cut - 1), _id(cut)]) == [False, True]
 
 
-def test_aging_drops_whole_files_and_writes_no_tombstones(store):
-    _unmerged(store)
-    _fill(store, 40_000, batch=1_000, flush_every=10)
-    _settle(store)
-    files = ids_files(store)
-    assert [file.seq_range for file in files] == [(n, n + 9_999) for n in range(0, 40_000, 10_000)]
-    before = sst_bytes(store)
-
-    result = age_step(store, AgingPolicy(max_keys=25_000))  # the cut falls inside the second file
-    assert (result.first_live_seq, result.files_dropped) == (15_000, 1)
-    remaining = ids_files(store)
-    assert [file.seq_range for file in remaining] == [(n, n + 9_999) for n in range(10_000, 40_000, 10_000)]
-    assert all(file.deletions == 0 for file in remaining)
-    assert sst_bytes(store) < before - files[0].size * 0.9
-    assert store.contains_many([_id(14_999), _id(15_000)]) == [False, True]
-
-
-def test_max_bytes_ages_until_the_files_fit(store):
-    _unmerged(store)
-    _fill(store, 40_000, batch=1_000, flush_every=10)
-    limit = sst_bytes(store) // 2
-    plan = plan_aging(store, AgingPolicy(max_bytes=limit))
-    assert plan.reason == "max_bytes" and plan.target_cut in (20_000, 30_000)
-    result = age_fully(store, AgingPolicy(max_bytes=limit))
-    assert sst_bytes(store) <= limit
-    assert result.first_live_seq == plan.target_cut
-    assert store.contains_many([_id(plan.target_cut - 1), _id(plan.target_cut)]) == [False, True]
+def test_max_bytes_ages_until_the_generations_fit(tmp_path, short_generations):
+    with DedupStore.open(
+        tmp_path / "events-0", topic="events", partition=0, window_ids=short_generations(10_000)
+    ) as store:
+        stretch = store.generation_ids()
+        _fill(store, 4 * stretch, batch=1_000)
+        store.flush()
+        assert store.wait_for_seals(30)
+        sizes = [size for _, _, size in store.generation_bytes()]
+        limit = sst_bytes(store) - sizes[0] - sizes[1] + 1  # the two oldest generations must go, not a third
+        plan = plan_aging(store, AgingPolicy(max_bytes=limit))
+        assert plan.reason == "max_bytes" and plan.target_cut == 2 * stretch
+        result = age_fully(store, AgingPolicy(max_bytes=limit))
+        assert sst_bytes(store) <= limit
+        assert result.first_live_seq == plan.target_cut
+        assert store.contains_many([_id(plan.target_cut - 1), _id(plan.target_cut)]) == [False, True]
 
 
 def test_a_step_ages_at_most_max_deletes(store):

@@ -9,7 +9,6 @@ import pytest
 from typer.testing import CliRunner
 
 from dedupectl.cli.app import app
-from store.codec import CF_IDS
 from store.dedup_store import DedupStore
 from store.footprint import ids_files
 
@@ -22,10 +21,11 @@ def _id(n: int) -> bytes:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    """A stopped store of 30,000 ids in three flushed files of 10,000 (FIFO merges small files from four on)."""
-    with DedupStore.open(tmp_path / "data" / "events-0", topic="events", partition=0) as store:
-        store.family(CF_IDS).set_options({"compaction_options_fifo": "{allow_compaction=false}"})
+def data_dir(tmp_path: Path, short_generations) -> Path:
+    """A stopped store of 30,000 ids in three generations of 10,000."""
+    window = short_generations(10_000)
+    with DedupStore.open(tmp_path / "data" / "events-0", topic="events", partition=0, window_ids=window) as store:
+        assert store.generation_ids() == 10_000
         for first in range(0, 30_000, 1_000):
             numbers = range(first, first + 1_000)
             store.record([_id(n) for n in numbers], [BASE_MS + n for n in numbers])
@@ -40,10 +40,10 @@ def _json(*args: str):
     return json.loads(result.stdout)
 
 
-def test_age_keeps_the_newest_and_drops_whole_files(data_dir: Path):
+def test_age_keeps_the_newest_and_drops_whole_generations(data_dir: Path):
     (dry,) = _json("age", "-d", str(data_dir), "--max-keys", "15000", "--dry-run")
     assert (dry["ids_aged"], dry["live_ids_after"], dry["first_live_seq_after"]) == (15_000, 15_000, 15_000)
-    assert dry["bytes_freed"] > 0  # the file wholly below the cut
+    assert dry["bytes_freed"] > 0  # the generation wholly below the cut
     (window,) = _json("window", "-d", str(data_dir))
     assert window["live_ids"] == 30_000  # a dry run changes nothing
 

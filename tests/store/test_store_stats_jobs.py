@@ -1,4 +1,4 @@
-"""``stats`` counts the ids files that hold live ids as live data; ``compactions`` filters by family and kind."""
+"""``stats`` counts the generations that hold live ids as live data; ``compactions`` filters by family and kind."""
 
 from __future__ import annotations
 
@@ -23,14 +23,16 @@ def _json(*args: str) -> object:
 
 
 @pytest.fixture
-def three_files(tmp_path: Path) -> tuple[Path, list[int]]:
-    """Three ids files of 10,000 ids each; the cut is past the first, which is still on disk."""
+def three_files(tmp_path: Path, short_generations) -> tuple[Path, list[int]]:
+    """Three generations of 10,000 ids each, one file each; the cut is past the first, still on disk."""
     data_dir = tmp_path / "data"
-    with DedupStore.open(data_dir / "events-0", topic="events", partition=0) as store:
+    window = short_generations(10_000)
+    with DedupStore.open(data_dir / "events-0", topic="events", partition=0, window_ids=window) as store:
         for first in range(0, 30_000, 10_000):
             store.record([f"ajs-{n:032x}".encode() for n in range(first, first + 10_000)], [1] * 10_000)
             store.flush()
         advance_cut(store, 10_000)
+        assert store.wait_for_seals(30)
         sizes = [file.size for file in ids_files(store)]
     assert len(sizes) == 3
     return data_dir, sizes
@@ -41,7 +43,7 @@ def test_stats_live_data_of_ids_is_the_files_holding_live_ids(three_files):
     (stats,) = _json("stats", "-d", str(data_dir))
     ids = next(family for family in stats["families"] if family["family"] == "ids")
     assert ids["sst_bytes"] == sum(sizes)
-    assert ids["live_data_bytes"] == sizes[1] + sizes[2]  # the first file's ids are all below the cut
+    assert ids["live_data_bytes"] == sizes[1] + sizes[2]  # the first generation's ids are all below the cut
 
 
 def test_compactions_filter_by_family_and_kind(three_files):

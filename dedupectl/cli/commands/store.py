@@ -315,7 +315,7 @@ def sst(
 ) -> None:
     """The live SST files: family, level, size, smallest and largest key, entries and deletions (tombstones).
 
-    An ids file's keys are its batch markers: its smallest and largest keys are the sequence range it holds.
+    The ids files are those of every generation; first and last seq are the generation's sequence range.
 
     Example: dedupectl sst -d /var/lib/dedupectl -p 3 -f ids
     """
@@ -464,7 +464,8 @@ def compact(
     partition: list[int] | None = PartitionsOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Compact a stopped store: drop aged-out files, merge small ones, clear the tombstones aging left.
+    """Compact a stopped store: drop aged-out generations, compact each other one into its run, clear the
+    tombstones aging left.
 
     Refuses while a worker holds the store.
 
@@ -478,14 +479,14 @@ def compact(
         return
     print_table(
         "compacted",
-        ["partition", "files", "tombstones", "bytes on disk", "aged-out files dropped", "seconds"],
+        ["partition", "files", "tombstones", "bytes on disk", "aged-out generations dropped", "seconds"],
         [
             (
                 o.partition,
                 f"{o.files_before} → {o.files_after}",
                 f"{o.tombstones_before:,} → {o.tombstones_after:,}",
                 f"{format_size(o.bytes_before)} → {format_size(o.bytes_after)}",
-                o.dead_files_dropped,
+                o.dead_generations_dropped,
                 _number(o.seconds, 2),
             )
             for o in outcomes

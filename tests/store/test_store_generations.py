@@ -1,0 +1,162 @@
+"""The ids in generations: lookups routed by the id filter answer exactly as a scan of every generation and as
+the ids recorded, for ids of every kind the codec packs, across generations, aging cuts and restarts; a
+schema 4 store is moved into generations by its first writer, and a kill at any point of that leaves the old
+store or the new one, never half."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from rocksdict import Rdict
+
+from store import generations
+from store.aging import AgingPolicy, age_step
+from store.codec import CF_IDS, encode_ids
+from store.dedup_store import DedupStore
+from store.testing import as_schema_4
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _mixed_ids(rng: random.Random, count: int) -> list[bytes]:
+    """``ajs-`` ids, canonical UUIDs and other bytes, in turn."""
+    ids = []
+    for n in range(count):
+        kind = n % 3
+        if kind == 0:
+            ids.append(f"ajs-{rng.getrandbits(128):032x}".encode())
+        elif kind == 1:
+            ids.append(str(uuid.UUID(int=rng.getrandbits(128))).encode())
+        else:
+            ids.append(b"order:%d:%x" % (n, rng.getrandbits(40)))
+    return ids
+
+
+def _answers(store: DedupStore, ids: list[bytes]) -> tuple[list[bool], list[bool]]:
+    return store.contains_many(ids), store.contains_keys_in_db(encode_ids(ids))
+
+
+def test_routed_lookups_answer_as_every_generation_and_as_recorded(tmp_path, short_generations):
+    rng = random.Random(7)
+    path = tmp_path / "events-0"
+    window = short_generations(2_000)
+    recorded: list[bytes] = []
+    unseen = _mixed_ids(rng, 3_000)
+    cut = 0
+    for restart in range(3):
+        with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+            assert store.generation_ids() == 2_000
+            for _ in range(6):
+                batch = _mixed_ids(rng, 997)
+                assert not any(store.contains_many(batch))
+                store.record(batch, [1] * len(batch))
+                recorded += batch
+            cut = store.state.first_live_seq
+            if restart:  # an aging cut inside a generation, then one past whole generations
+                cut = age_step(store, AgingPolicy(max_keys=len(recorded) - cut - 1_500)).first_live_seq
+            expected = [n >= cut for n in range(len(recorded))] + [False] * len(unseen)
+            routed, scanned = _answers(store, recorded + unseen)
+            assert routed == expected and scanned == expected
+            assert len(store.id_families()) >= 3
+    with DedupStore.open_secondary(path) as reader:  # no id filter: every generation asked
+        assert reader.contains_many(recorded + unseen) == expected
+        firsts = [first for _, first, _ in reader.id_families()]
+        assert firsts == sorted(firsts) and all(first % 2_000 == 0 for first in firsts[1:])
+
+
+def test_a_secondary_sees_the_generations_a_writer_adds_after_it_opened(tmp_path, short_generations):
+    path = tmp_path / "events-0"
+    window = short_generations(1_000)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        first = [b"first:%d" % n for n in range(500)]
+        store.record(first, [1] * len(first))
+        store.flush()
+        with DedupStore.open_secondary(path) as reader:
+            later = [b"later:%d" % n for n in range(3_000)]
+            store.record(later, [2] * len(later))  # into three more generations
+            store.flush()
+            reader.refresh()
+            assert reader.contains_many(first + later) == [True] * (len(first) + len(later))
+            assert len(reader.id_families()) == len(store.id_families()) >= 4
+
+
+def _store_of_schema_4(path: Path, ids: list[bytes], max_keys: int) -> None:
+    with DedupStore.open(path, topic="events", partition=0) as store:
+        for start in range(0, len(ids), 5_000):
+            batch = ids[start : start + 5_000]
+            store.record(batch, list(range(start, start + len(batch))))
+        age_step(store, AgingPolicy(max_keys=max_keys))
+    as_schema_4(path)
+
+
+def test_a_schema_4_store_is_moved_into_generations_by_its_first_writer(tmp_path):
+    rng = random.Random(11)
+    path = tmp_path / "events-0"
+    ids = _mixed_ids(rng, 30_000)
+    _store_of_schema_4(path, ids, max_keys=25_000)
+    assert CF_IDS in Rdict.list_cf(str(path))
+    expected = [n >= 5_000 for n in range(len(ids))]
+
+    with DedupStore.open_secondary(path) as reader:  # read as it is, the old family as one generation
+        assert reader.identity.schema_version == 4
+        assert reader.contains_many(ids) == expected
+    with DedupStore.open(path, topic="events", partition=0) as store:
+        assert store.identity.schema_version == 5
+        assert CF_IDS not in Rdict.list_cf(str(path))
+        assert store.contains_many(ids) == expected
+        assert store.lookup_many([ids[4_999], ids[5_000], ids[29_999]]) == [None, (5_000, 5_000), (29_999, 29_999)]
+        more = _mixed_ids(rng, 100)
+        store.record(more, [7] * len(more))
+        assert all(store.contains_many(more))
+    with DedupStore.open_secondary(path) as reader:
+        assert reader.identity.schema_version == 5
+        assert reader.contains_many(ids + more) == expected + [True] * len(more)
+
+
+MIGRATE = """
+import sys
+from store.dedup_store import DedupStore
+from store.testing import as_schema_4
+DedupStore.open(sys.argv[1], topic="events", partition=0).close()
+"""
+
+
+def test_a_migration_killed_at_any_point_leaves_the_old_store_or_the_new(tmp_path):
+    rng = random.Random(13)
+    path = tmp_path / "events-0"
+    ids = [f"ajs-{rng.getrandbits(128):032x}".encode() for _ in range(300_000)]
+    _store_of_schema_4(path, ids, max_keys=280_000)
+    expected = [n >= 20_000 for n in range(len(ids))]
+    sample = random.Random(3).sample(range(len(ids)), 20_000)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import store.dedup_store"], env=env, check=True)
+    interpreter_s = time.monotonic() - started
+    seen = set()
+    for delay in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 2.0):
+        process = subprocess.Popen([sys.executable, "-c", MIGRATE, str(path)], env=env, stderr=subprocess.PIPE)
+        time.sleep(interpreter_s + delay)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        with DedupStore.open_secondary(path) as reader:
+            version = reader.identity.schema_version
+            seen.add(version)
+            assert reader.contains_many([ids[n] for n in sample]) == [expected[n] for n in sample], version
+        if version == 5:
+            break
+        as_legacy = CF_IDS in Rdict.list_cf(str(path))
+        assert as_legacy  # until the mark is written, the old family is whole
+    assert 4 in seen  # at least one kill landed before the migration was done
+    with DedupStore.open(path, topic="events", partition=0) as store:
+        assert store.identity.schema_version == 5
+        assert store.contains_many(ids) == expected
+    names = Rdict.list_cf(str(path))
+    assert CF_IDS not in names and any(generations.first_seq_of(name) is not None for name in names)
+    assert not (path / ".migrating").exists()
