@@ -434,7 +434,7 @@ def report(f: dict) -> None:
         aging["ids_per_second"] >= 5e5,
     )
     row(
-        "aging, files dropped / bytes freed",
+        "aging, generations dropped / bytes freed",
         f"{aging['generations_dropped']} / {aging['bytes_freed'] / 2**20:,.0f} MiB",
         "",
         None,
