@@ -78,42 +78,45 @@ def _ranges(store: DedupStore) -> list[tuple[int, int]]:
     return [(first, end) for _, first, end in store.id_families()]
 
 
-def test_aging_drops_whole_generations_and_writes_no_tombstones(tmp_path, short_generations):
+@pytest.fixture
+def four_generations(tmp_path, short_generations):
+    """A store holding four generations of 10,000 ids, and that length."""
     with DedupStore.open(
         tmp_path / "events-0", topic="events", partition=0, window_ids=short_generations(10_000)
     ) as store:
         stretch = store.generation_ids()
         _fill(store, 4 * stretch, batch=1_000)
-        assert store.wait_for_seals(30)
-        assert _ranges(store) == [(n, n + stretch) for n in range(0, 4 * stretch, stretch)]
-        before = sst_bytes(store)
-        oldest = sum(file.size for file in ids_files(store) if file.seq_range == (0, stretch - 1))
-
-        cut = stretch + stretch // 2  # inside the second generation
-        result = age_step(store, AgingPolicy(max_keys=4 * stretch - cut))
-        assert (result.first_live_seq, result.generations_dropped) == (cut, 1)
-        assert _ranges(store) == [(n, n + stretch) for n in range(stretch, 4 * stretch, stretch)]
-        assert all(file.deletions == 0 for file in ids_files(store))
-        assert sst_bytes(store) < before - oldest * 0.9
-        assert store.contains_many([_id(cut - 1), _id(cut)]) == [False, True]
+        yield store, stretch
 
 
-def test_max_bytes_ages_until_the_generations_fit(tmp_path, short_generations):
-    with DedupStore.open(
-        tmp_path / "events-0", topic="events", partition=0, window_ids=short_generations(10_000)
-    ) as store:
-        stretch = store.generation_ids()
-        _fill(store, 4 * stretch, batch=1_000)
-        store.flush()
-        assert store.wait_for_seals(30)
-        sizes = [size for _, _, size in store.generation_bytes()]
-        limit = sst_bytes(store) - sizes[0] - sizes[1] + 1  # the two oldest generations must go, not a third
-        plan = plan_aging(store, AgingPolicy(max_bytes=limit))
-        assert plan.reason == "max_bytes" and plan.target_cut == 2 * stretch
-        result = age_fully(store, AgingPolicy(max_bytes=limit))
-        assert sst_bytes(store) <= limit
-        assert result.first_live_seq == plan.target_cut
-        assert store.contains_many([_id(plan.target_cut - 1), _id(plan.target_cut)]) == [False, True]
+def test_aging_drops_whole_generations_and_writes_no_tombstones(four_generations):
+    store, stretch = four_generations
+    assert store.wait_for_seals(30)
+    assert _ranges(store) == [(n, n + stretch) for n in range(0, 4 * stretch, stretch)]
+    before = sst_bytes(store)
+    oldest = sum(file.size for file in ids_files(store) if file.seq_range == (0, stretch - 1))
+
+    cut = stretch + stretch // 2  # inside the second generation
+    result = age_step(store, AgingPolicy(max_keys=4 * stretch - cut))
+    assert (result.first_live_seq, result.generations_dropped) == (cut, 1)
+    assert _ranges(store) == [(n, n + stretch) for n in range(stretch, 4 * stretch, stretch)]
+    assert all(file.deletions == 0 for file in ids_files(store))
+    assert sst_bytes(store) < before - oldest * 0.9
+    assert store.contains_many([_id(cut - 1), _id(cut)]) == [False, True]
+
+
+def test_max_bytes_ages_until_the_generations_fit(four_generations):
+    store, stretch = four_generations
+    store.flush()
+    assert store.wait_for_seals(30)
+    sizes = [size for _, _, size in store.generation_bytes()]
+    limit = sst_bytes(store) - sizes[0] - sizes[1] + 1  # the two oldest generations must go, not a third
+    plan = plan_aging(store, AgingPolicy(max_bytes=limit))
+    assert plan.reason == "max_bytes" and plan.target_cut == 2 * stretch
+    result = age_fully(store, AgingPolicy(max_bytes=limit))
+    assert sst_bytes(store) <= limit
+    assert result.first_live_seq == plan.target_cut
+    assert store.contains_many([_id(plan.target_cut - 1), _id(plan.target_cut)]) == [False, True]
 
 
 def test_a_step_ages_at_most_max_deletes(store):
