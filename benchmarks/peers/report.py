@@ -74,7 +74,7 @@ def _targets(result: dict[str, Any]) -> list[str]:
     ours = clean.get("dedupectl", {})
     if "messages_per_second" not in ours:
         return []
-    peers = [n for n in ("naive", "redis", "quix") if "messages_per_second" in clean.get(n, {})]
+    peers = [n for n in ("naive", "redis", "quix", "spark", "flink") if "messages_per_second" in clean.get(n, {})]
     slower = [n for n in peers if clean[n]["messages_per_second"] >= ours["messages_per_second"]]
     lines = ["Targets for dedupectl:", ""]
     throughput = "yes" if not slower else f"no (behind {', '.join(slower)})"

@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.peers import flink_env
+
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "benchmarks" / "peers"
 
@@ -35,6 +37,7 @@ class System:
     stateful_on_disk: bool
     needs_peers_env: bool = False
     needs_redis: bool = False
+    needs_flink_env: bool = False  # runs in benchmarks/.venv-flink with Flink's Kafka connector (flink_env)
 
     def command(self, s: Setup) -> list[str]:
         python = s.peers_python if self.needs_peers_env else sys.executable
@@ -55,6 +58,13 @@ class System:
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
                     "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json"]  # fmt: skip
+        if self.name == "spark":
+            return [python, str(PEERS / "spark_streaming.py"), *io, str(s.state_dir),
+                    "--window-seconds", str(s.window_seconds), "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
+        if self.name == "flink":
+            return [str(flink_env.PYTHON), str(PEERS / "flink_sql.py"), *io, str(s.state_dir), "--group", s.group,
+                    "--window-seconds", str(s.window_seconds),
+                    "--connector-jar", str(flink_env.connector_jar())]  # fmt: skip
         raise ValueError(self.name)
 
 
@@ -79,6 +89,21 @@ SYSTEMS: dict[str, System] = {
             finishes=True,
             stateful_on_disk=True,
             needs_peers_env=True,
+        ),
+        System(
+            "spark",
+            "at-least-once (Kafka sink) + dropDuplicatesWithinWatermark, RocksDB state",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+        ),
+        System(
+            "flink",
+            "Flink SQL exactly-once (transactional sink), ROW_NUMBER dedup, RocksDB state",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+            needs_flink_env=True,
         ),
         System("dedupectl", "exactly-once, RocksDB store", dedups=True, finishes=True, stateful_on_disk=True),
     )
