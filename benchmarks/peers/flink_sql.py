@@ -64,7 +64,8 @@ def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[
 
 class OutputWatch(threading.Thread):
     """Notes when the output first grows (records written, committed or not) and when its last stable offset
-    last moved (a transaction committed); samples the state directory's size on the way."""
+    last moved (a transaction committed); samples the sizes of the checkpoints and of the live RocksDB
+    directories on the way (Flink deletes both when the job finishes)."""
 
     def __init__(self, bootstrap: str, topic: str, state_dir: Path, progress: Progress) -> None:
         super().__init__(daemon=True)
@@ -72,7 +73,7 @@ class OutputWatch(threading.Thread):
         self._topic, self._state_dir, self._progress = topic, state_dir, progress
         self._start = sum(_ends(self._uncommitted, topic))
         self._stable = sum(_ends(self._committed, topic))
-        self.state_bytes = 0
+        self.checkpoint_bytes = self.rocksdb_bytes = 0  # their last sizes while they had any
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -80,7 +81,8 @@ class OutputWatch(threading.Thread):
         while not self._halt.is_set():
             self._look()
             if time.monotonic() >= next_size:
-                self.state_bytes = dir_bytes(self._state_dir) or self.state_bytes  # the last size while it had any
+                self.checkpoint_bytes = dir_bytes(self._state_dir / "checkpoints") or self.checkpoint_bytes
+                self.rocksdb_bytes = dir_bytes(self._state_dir / "rocksdb") or self.rocksdb_bytes
                 next_size = time.monotonic() + 0.5
             self._halt.wait(0.05)
 
@@ -153,9 +155,8 @@ def statements(args: argparse.Namespace, group: str) -> tuple[str, str, str]:
     return source, sink, dedup
 
 
-def run(args: argparse.Namespace) -> tuple[Progress, int]:
-    """Run the job to its end; the progress and the last size of the state directory (Flink deletes its
-    RocksDB directories and the checkpoints of a finished job)."""
+def run(args: argparse.Namespace) -> tuple[Progress, OutputWatch]:
+    """Run the job to its end; its progress, and the watch that saw it."""
     from pyflink.common import Configuration
     from pyflink.table import EnvironmentSettings, TableEnvironment
 
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> tuple[Progress, int]:
         tables.execute_sql(dedup).wait()
     finally:
         watch.stop()
-    return progress, watch.state_bytes
+    return progress, watch
 
 
 def main() -> None:
@@ -200,7 +201,7 @@ def main() -> None:
     parser.add_argument("--transaction-timeout-ms", type=int, default=60_000, help="below the broker's maximum")
     args = parser.parse_args()
     try:
-        progress, state_bytes = run(args)
+        progress, watch = run(args)
     except Exception as error:  # a Py4J error carries the Java stack trace: its first line says what failed
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         sys.stderr.write(f"the Flink job failed: {first}\n")
@@ -211,7 +212,8 @@ def main() -> None:
     progress.emit(
         peak_rss_mb=tree_peak_rss_mb(),
         driver_peak_rss_mb=peak_rss_mb(),
-        state_bytes=state_bytes,
+        state_bytes=watch.checkpoint_bytes,  # the state it recovers from, as Spark's checkpoint
+        rocksdb_bytes=watch.rocksdb_bytes,
         flink_version=pyflink.version.__version__,
     )
 
