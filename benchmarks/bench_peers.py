@@ -1,6 +1,6 @@
 """dedupectl against the systems users would pick instead, on one broker, one data set, one machine, one run.
 
-    python benchmarks/bench_peers.py [--count 1000000 | --ten-million] [--systems copy,naive,redis,quix,dedupectl]
+    python benchmarks/bench_peers.py [--count 1000000 | --ten-million] [--systems copy,naive,redis,quix,…]
 
 Starts the project's local Kafka broker, produces ``--count`` Segment-like events (0.6% duplicates, 4
 partitions) once, then runs each system in its own process, one after another, each reading that input with
@@ -8,7 +8,10 @@ its own group into its own output topic (see benchmarks/peers/):
 
 - copy: a bare transactional copy (the floor); naive: the seed's loop, one transaction per message
   (time-bounded); redis: ``SET NX EX`` in front of a plain consumer/producer; quix: a Quix Streams
-  exactly-once app with RocksDB state and a TTL; dedupectl: ``dedupectl run``;
+  exactly-once app with RocksDB state and a TTL; spark: Spark Structured Streaming's
+  ``dropDuplicatesWithinWatermark`` (the project's pyspark; at-least-once Kafka sink); flink: Flink's SQL
+  deduplication with RocksDB state and the exactly-once Kafka sink (PyFlink, in a local mini-cluster);
+  dedupectl: ``dedupectl run``;
 - kstreams, kstreams-2t: a Kafka Streams exactly_once_v2 app with a RocksDB key-value store of messageIds
   (1 and 2 stream threads); java-copy: the transactional copy in Java; producer-perf, consumer-perf: Kafka's
   own ProducerPerformance and ConsumerPerformance, the ceiling (their own throughput; no crash run).
@@ -18,8 +21,11 @@ state bytes per id, changelog bytes per id; then a crash run (SIGKILL once mid-s
 losses and the time from the restart to the first record published. The Quix and Redis peers run in
 benchmarks/.venv-peers (created on first use from benchmarks/requirements-peers.txt); Redis is Debian's
 redis-server, installed if missing (as root) and started on a free 127.0.0.1 port per run. The JVM peers are
-built with Maven at the broker's Kafka release on first use (benchmarks/peers/jvm_build.py). Writes
-benchmarks/results/peers.md and peers.json.
+built with Maven at the broker's Kafka release on first use (benchmarks/peers/jvm_build.py). The Flink peer
+runs in benchmarks/.venv-flink (from benchmarks/requirements-flink.txt) with Flink's Kafka SQL connector from
+Maven Central; the Spark peer's connector jars are the project's (dedupectl.spark.jars). Flink's environment
+is too heavy for the test suite, so its smoke run (a small input of its own, checked exactly once) is part of
+this benchmark and must pass before Flink is measured. Writes benchmarks/results/peers.md and peers.json.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ sys.path[0] = str(ROOT)  # import `benchmarks.peers` from the checkout; this fol
 
 import confluent_kafka  # noqa: E402
 
-from benchmarks.peers import env, report  # noqa: E402
+from benchmarks.peers import engines, env, report  # noqa: E402
 from benchmarks.peers.jvm_build import JvmBuildFailed, jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
@@ -117,6 +123,7 @@ def main() -> None:
         except JvmBuildFailed as error:
             raise SystemExit(f"error: {error}") from None
         versions.update(env.jvm_versions(jvm.classpath))
+    versions.update(engines.prepare(systems, log=console.print))
     redis_executable = None
     if any(s.needs_redis for s in systems):
         redis_executable = env.find_redis_server(install=not args.no_install, log=console.print)
@@ -163,10 +170,14 @@ def main() -> None:
             count=args.count,
             record_size=round(value_bytes / max(args.count, 1)),
         )
-        for system in systems:
+        for system in [s for s in systems if s.needs_flink_env]:
+            smoke = _attempt(f"{system.name}: smoke run", lambda s=system: engines.smoke(ctx, s))
+            if "error" in smoke:  # not measured: the same error stands for its runs
+                clean[system.name] = crash[system.name] = {"error": f"smoke run: {smoke['error']}"}
+        for system in [s for s in systems if s.name not in clean]:
             clean[system.name] = _attempt(f"{system.name}: clean run", lambda s=system: clean_run(ctx, s))
         if not args.no_crash:
-            for system in (s for s in systems if not s.kafka_tool):  # a perf tool has no output to check
+            for system in [s for s in systems if s.name not in crash and not s.kafka_tool]:
                 published = clean[system.name].get("output_check", {}).get("records") or len(expected)
                 kill_at = max(int(published * args.kill_fraction), 1)
                 crash[system.name] = _attempt(

@@ -85,6 +85,7 @@ class Sampler(threading.Thread):
                     rss = self._process.memory_info().rss
                 except psutil.Error:
                     break  # the process is gone
+                rss += _children_rss(self._process)  # a JVM a Python driver started works for it
                 produced = sum(high_watermarks(consumer, self._topic, self._partitions))
                 extra = self._extra() if self._extra else 0
                 self.samples.append(Sample(time.time(), rss, produced, extra))
@@ -99,6 +100,15 @@ class Sampler(threading.Thread):
         self._halt.set()
         if self.ident is not None:  # started
             self.join(30)
+
+
+def _children_rss(process: psutil.Process) -> int:
+    total = 0
+    with contextlib.suppress(psutil.Error):
+        for child in process.children(recursive=True):
+            with contextlib.suppress(psutil.Error):  # a child that ended between the listing and the read
+                total += child.memory_info().rss
+    return total
 
 
 def memory_per_id(samples: list[Sample], from_ids: int) -> tuple[float | None, int, int]:

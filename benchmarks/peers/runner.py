@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from benchmarks.peers.env import RedisServer
 from benchmarks.peers.jvm_build import JvmPeers
 from benchmarks.peers.probes import (
@@ -104,6 +106,7 @@ def clean_run(ctx: Context, system: System) -> dict[str, Any]:
     consumed, busy = report["consumed"], report["busy_seconds"]
     per_id, from_ids, to_ids = memory_per_id(sampler.samples, ctx.memory_from_ids)
     state_bytes = dir_bytes(setup.state_dir) if system.stateful_on_disk else redis_bytes
+    state_bytes = report.get("state_bytes", state_bytes)  # a system that deletes its state at the end measured it
     retained = check.distinct_ids if system.dedups else 0
     changelog = changelog_bytes(ctx.broker_data_dir, setup.group) if ctx.broker_data_dir else None
     return {
@@ -211,7 +214,7 @@ def crash_run(ctx: Context, system: System, kill_at: int) -> dict[str, Any]:
         killed_at = sampler.produced()
         killed = first.poll() is None
         if killed:
-            first.send_signal(signal.SIGKILL)
+            _kill_tree(first)
         first.wait()
         sampler.stop()
         time.sleep(0.5)  # produce requests already on the wire land: nothing past here is the dead process's
@@ -238,6 +241,19 @@ def crash_run(ctx: Context, system: System, kill_at: int) -> dict[str, Any]:
 
 
 # --- shared -------------------------------------------------------------------------------------------------
+
+
+def _kill_tree(process: subprocess.Popen) -> None:
+    """SIGKILL a system and every process it started (PySpark's and PyFlink's JVM is a child of their
+    Python driver, and would otherwise shut down in order when the driver's pipe closes)."""
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    process.send_signal(signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.send_signal(signal.SIGKILL)
 
 
 def _curve(samples: list[Sample]) -> list[list[float]]:

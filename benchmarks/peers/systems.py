@@ -6,6 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.peers import flink_env
+
 ROOT = Path(__file__).resolve().parents[2]
 PEERS = ROOT / "benchmarks" / "peers"
 
@@ -43,6 +45,7 @@ class System:
     kafka_tool: bool = False  # Kafka's own perf tool: its own throughput, no output to check, no crash run
     stream_threads: int = 1
     tool_properties: tuple[str, ...] = ()  # a perf tool's client settings (its --*.config file)
+    needs_flink_env: bool = False  # runs in benchmarks/.venv-flink with Flink's Kafka connector (flink_env)
 
     def command(self, s: Setup) -> list[str]:
         python = s.peers_python if self.needs_peers_env else sys.executable
@@ -80,6 +83,13 @@ class System:
             return ["java", "-cp", s.tools_classpath, "org.apache.kafka.tools.ConsumerPerformance",
                     "--bootstrap-server", s.bootstrap, "--topic", s.input_topic, "--messages", str(s.count),
                     "--group", s.group, "--consumer.config", config]  # fmt: skip
+        if self.name == "spark":
+            return [python, str(PEERS / "spark_streaming.py"), *io, str(s.state_dir),
+                    "--window-seconds", str(s.window_seconds), "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
+        if self.name == "flink":
+            return [str(flink_env.PYTHON), str(PEERS / "flink_sql.py"), *io, str(s.state_dir), "--group", s.group,
+                    "--window-seconds", str(s.window_seconds),
+                    "--connector-jar", str(flink_env.connector_jar())]  # fmt: skip
         raise ValueError(self.name)
 
 
@@ -147,6 +157,21 @@ SYSTEMS: dict[str, System] = {
             finishes=True,
             stateful_on_disk=True,
             needs_peers_env=True,
+        ),
+        System(
+            "spark",
+            "at-least-once (Kafka sink) + dropDuplicatesWithinWatermark, RocksDB state",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+        ),
+        System(
+            "flink",
+            "Flink SQL exactly-once (transactional sink), ROW_NUMBER dedup, RocksDB state",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+            needs_flink_env=True,
         ),
         System("dedupectl", "exactly-once, RocksDB store", dedups=True, finishes=True, stateful_on_disk=True),
         *_JVM_SYSTEMS,
