@@ -176,10 +176,7 @@ def _times_batch_start(store: DedupStore, seq: int) -> int:
 def drop_dead_generations(store: DedupStore) -> tuple[int, int]:
     """Drop the generations wholly below the cut, and the ``times`` batches below it with them; returns
     ``(generations, bytes)`` dropped. A generation being sealed waits for a later step."""
-    families = store.id_families()
-    if not families or families[0][2] > store.state.first_live_seq:
-        return 0, 0  # the oldest still holds live ids: a step costs one comparison
-    dropped, freed = store.drop_generations_below(store.state.first_live_seq)
+    dropped, freed = store.drop_generations_below(store.state.first_live_seq)  # stops at the first live one
     if dropped:
         trim_times(store)
     return dropped, freed

@@ -620,15 +620,11 @@ class DedupStore:
         if not self._filtered or not keys:
             return self.contains_keys_in_db(keys)
         id_filter = self._filter if self._filter is not None else self._ready_filter()
-        masks = id_filter.group_masks(key_hashes(keys))
-        maybe = np.flatnonzero(masks).tolist()
+        maybe, values = self._routed_values(id_filter, keys, LOOKUP_CHUNK)
         found = [False] * len(keys)
-        if maybe:
-            routes = self._routes(id_filter, masks[maybe])
-            values = self._values([keys[index] for index in maybe], LOOKUP_CHUNK, routes)
-            cut = self._state.first_live_seq
-            for index, seq in zip(maybe, live_seqs_of(values, cut) if cut else values, strict=True):
-                found[index] = seq is not None
+        cut = self._state.first_live_seq
+        for index, seq in zip(maybe, live_seqs_of(values, cut) if cut else values, strict=True):
+            found[index] = seq is not None
         return found
 
     def contains_keys_in_db(self, keys: list[bytes]) -> list[bool]:
@@ -775,14 +771,22 @@ class DedupStore:
         id_filter = self._filter if self._filtered else None
         if id_filter is None or not keys:
             return self._values(keys, per_call)
+        values: list[bytes | None] = [None] * len(keys)
+        maybe, found = self._routed_values(id_filter, keys, per_call)
+        for index, value in zip(maybe, found, strict=True):
+            values[index] = value
+        return values
+
+    def _routed_values(
+        self, id_filter: IdFilter, keys: list[bytes], per_call: int
+    ) -> tuple[list[int], list[bytes | None]]:
+        """The indexes of ``keys`` the id filter may hold, and their values, each asked of the generations of
+        the groups the filter holds for it (the others are certainly absent)."""
         masks = id_filter.group_masks(key_hashes(keys))
         maybe = np.flatnonzero(masks).tolist()
-        values: list[bytes | None] = [None] * len(keys)
-        if maybe:
-            found = self._values([keys[i] for i in maybe], per_call, self._routes(id_filter, masks[maybe]))
-            for index, value in zip(maybe, found, strict=True):
-                values[index] = value
-        return values
+        if not maybe:
+            return [], []
+        return maybe, self._values([keys[index] for index in maybe], per_call, self._routes(id_filter, masks[maybe]))
 
     def _values(
         self, keys: list[bytes], per_call: int, routes: list[list[Generation]] | None = None
@@ -1144,7 +1148,6 @@ class DedupStore:
     def _seal(self, generation: Generation) -> None:
         """Flush a generation no longer written and compact it into its filterless run, on a thread of its own
         (RocksDB works without the GIL: the writer goes on meanwhile)."""
-        generation.sealed = False
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
 
         def run() -> None:
@@ -1153,8 +1156,6 @@ class DedupStore:
                 generation.family.compact_range(None, None, seal_options())
             except Exception as error:  # left as it is: still correct, only its filter stays in memory
                 log.warning("store %s: could not seal generation %s: %s", self.path, generation.name, error)
-            finally:
-                generation.sealed = True
 
         thread = threading.Thread(target=run, name=f"seal-{generation.name}", daemon=True)
         self._sealing[generation.name] = thread

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rocksdict import Rdict
@@ -49,7 +49,6 @@ class Generation:
     name: str
     family: Rdict
     handle: Any  # rocksdict's ColumnFamily handle (the binding exports no type for it)
-    sealed: bool = field(default=True)
 
 
 class Generations:
