@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from pathlib import Path
 
 import psutil
@@ -24,41 +23,20 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # benchmarks/ is not an installed package
     sys.path.insert(0, str(ROOT))
 
+from peers_context import tiny_run_context  # noqa: E402
+
 from benchmarks.peers._process_tree import descendants  # noqa: E402
 from benchmarks.peers.flink_sql import latest_checkpoint  # noqa: E402
 from benchmarks.peers.runner import Context, _kill_tree, clean_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
-from dedupectl.config import KafkaConfig  # noqa: E402
-from dedupectl.kafka_clients import create_topics  # noqa: E402
-from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
+from dedupectl.sample_events import SampleSpec  # noqa: E402
 
 SPEC = SampleSpec(3_000, duplicate_ratio=0.02, seed=5)
 
 
 @pytest.fixture(scope="module")
 def context(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Context:
-    kafka = KafkaConfig(kafka_broker.bootstrap_servers)
-    prefix = f"engines-{uuid.uuid4().hex[:8]}-"
-    input_topic = f"{prefix}in"
-    create_topics(kafka, [input_topic], 4)
-    produce_sample(kafka, input_topic, SPEC)
-    return Context(
-        kafka=kafka,
-        input_topic=input_topic,
-        partitions=4,
-        scratch=tmp_path_factory.mktemp("engines"),
-        peers_python="",
-        redis_executable=None,
-        expected_ids=frozenset(record.key for record in generate(SPEC) if record.kind == "new"),
-        memory_from_ids=100,
-        idle_seconds=1.0,
-        naive_seconds=2.0,
-        window_seconds=3600,
-        kill_fraction=0.5,
-        process_timeout=300,
-        settle_timeout=90,
-        names_prefix=prefix,
-    )
+    return tiny_run_context(kafka_broker, tmp_path_factory.mktemp("engines"), "engines", SPEC, process_timeout=300)
 
 
 def test_spark_streaming_publishes_each_id_once(context: Context) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -25,45 +24,31 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # benchmarks/ is not an installed package
     sys.path.insert(0, str(ROOT))
 
+from peers_context import tiny_run_context  # noqa: E402
+
 from benchmarks.peers import env  # noqa: E402
 from benchmarks.peers.jvm_build import jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, clean_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS, System  # noqa: E402
-from dedupectl.config import KafkaConfig  # noqa: E402
-from dedupectl.kafka_clients import create_topics  # noqa: E402
-from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
+from dedupectl.sample_events import SampleSpec, generate  # noqa: E402
 
 SPEC = SampleSpec(3_000, duplicate_ratio=0.02)
 
 
 @pytest.fixture(scope="module")
 def context(kafka_broker, broker_kafka_version: str, tmp_path_factory: pytest.TempPathFactory) -> Context:
-    kafka = KafkaConfig(kafka_broker.bootstrap_servers)
-    prefix = f"peers-{uuid.uuid4().hex[:8]}-"
-    input_topic = f"{prefix}in"
-    create_topics(kafka, [input_topic, f"{input_topic}.dead-letter"], 4)
-    produce_sample(kafka, input_topic, SPEC)
-    records = list(generate(SPEC))
-    return Context(
-        kafka=kafka,
-        input_topic=input_topic,
-        partitions=4,
-        scratch=tmp_path_factory.mktemp("peers"),
-        peers_python="",  # made by the `peers_python` fixture for the tests that need it
-        redis_executable=None,
-        expected_ids=frozenset(record.key for record in records if record.kind == "new"),
-        memory_from_ids=100,
-        idle_seconds=1.0,
-        naive_seconds=2.0,
-        window_seconds=3600,
-        kill_fraction=0.5,
+    record_bytes = sum(len(record.value) for record in generate(SPEC))
+    return tiny_run_context(
+        kafka_broker,
+        tmp_path_factory.mktemp("peers"),
+        "peers",
+        SPEC,
+        dead_letters=True,
         process_timeout=120,
-        settle_timeout=90,
-        names_prefix=prefix,
         jvm=jvm_peers(broker_kafka_version, log=lambda _: None),
         broker_data_dir=kafka_broker.state_dir / "data",
         count=SPEC.count,
-        record_size=round(sum(len(record.value) for record in records) / SPEC.count),
+        record_size=round(record_bytes / SPEC.count),
     )
 
 
