@@ -1,10 +1,12 @@
-"""What every peer script shares: client settings, its own timing, and the one JSON line it prints.
+"""What every peer script shares: its arguments, client settings, its own timing, and the one JSON line it
+prints.
 
 Stdlib and confluent-kafka only: this runs in the project's environment and in the peers' virtualenv.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import sys
@@ -16,6 +18,15 @@ from typing import Any
 # the group until its session expires, and librdkafka's 45 s default would dominate the crash figures.
 SESSION_TIMEOUT_MS = 10_000
 BATCH = 20_000  # records per consume() call and per transaction, as dedupectl's default batch_max_messages
+
+
+def peer_arguments(description: str | None, state: str | None = None) -> argparse.ArgumentParser:
+    """The arguments every peer takes first, in this order: the bootstrap servers, its input and output
+    topics, and (named ``state``) the directory of its state where it keeps one; a peer adds its own."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in ("bootstrap", "input_topic", "output_topic", *([state] if state else [])):
+        parser.add_argument(name)
+    return parser
 
 
 def consumer_settings(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:

@@ -11,7 +11,6 @@ would shadow the standard library's ``copy`` for every import.)
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from benchmarks.peers._common import BATCH, Progress, consumer_settings, producer_settings
+from benchmarks.peers._common import BATCH, Progress, consumer_settings, peer_arguments, producer_settings
 
 
 def copy_loop(bootstrap: str, input_topic: str, output_topic: str, max_seconds: float, group: str = "") -> Progress:
@@ -70,10 +69,7 @@ def copy_loop(bootstrap: str, input_topic: str, output_topic: str, max_seconds: 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
+    parser = peer_arguments(__doc__)
     parser.add_argument("--group", default="", help="consumer group and transactional.id (default: per output)")
     parser.add_argument("--max-seconds", type=float, default=3600)
     args = parser.parse_args()

@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from
 
 from confluent_kafka import Consumer, TopicPartition
 
-from benchmarks.peers._common import SESSION_TIMEOUT_MS, Progress, peak_rss_mb
+from benchmarks.peers._common import SESSION_TIMEOUT_MS, Progress, peak_rss_mb, peer_arguments
 from benchmarks.peers._process_tree import dir_bytes, tree_peak_rss_mb
 
 
@@ -189,11 +189,7 @@ def run(args: argparse.Namespace) -> tuple[Progress, OutputWatch]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
-    parser.add_argument("state_dir")
+    parser = peer_arguments(__doc__, "state_dir")
     parser.add_argument("--connector-jar", required=True, help="flink-sql-connector-kafka for this Flink")
     parser.add_argument("--group", default="", help="consumer group and transactional-id prefix")
     parser.add_argument("--window-seconds", type=int, default=24 * 3600, help="state TTL: how long an id is kept")

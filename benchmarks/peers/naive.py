@@ -9,7 +9,6 @@ the id). Prints one JSON object (see ``_common.Progress``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from rocksdict import Options, Rdict
 
-from benchmarks.peers._common import Progress, consumer_settings, producer_settings
+from benchmarks.peers._common import Progress, consumer_settings, peer_arguments, producer_settings
 
 
 def naive_loop(
@@ -67,11 +66,7 @@ def naive_loop(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
-    parser.add_argument("data_dir")
+    parser = peer_arguments(__doc__, "data_dir")
     parser.add_argument("--group", default="", help="consumer group and transactional.id (default: per output)")
     parser.add_argument("--max-seconds", type=float, default=600)
     args = parser.parse_args()

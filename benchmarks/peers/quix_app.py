@@ -17,7 +17,6 @@ Prints one JSON object (see ``_common.Progress``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from datetime import timedelta
@@ -31,7 +30,7 @@ import quixstreams
 from quixstreams import Application, State
 from quixstreams.checkpointing import checkpoint as quix_checkpoint
 
-from benchmarks.peers._common import SESSION_TIMEOUT_MS, Progress
+from benchmarks.peers._common import SESSION_TIMEOUT_MS, Progress, peer_arguments
 
 
 def _time_commits(progress: Progress) -> None:
@@ -80,11 +79,7 @@ def build_app(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
-    parser.add_argument("state_dir")
+    parser = peer_arguments(__doc__, "state_dir")
     parser.add_argument("--group", default="")
     parser.add_argument("--window-seconds", type=int, default=24 * 3600, help="state TTL: how long an id is kept")
     parser.add_argument("--idle-seconds", type=float, default=3.0)

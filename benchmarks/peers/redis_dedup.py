@@ -11,7 +11,6 @@ dropped as a duplicate. Stops after ``--idle-seconds`` without input. Prints one
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,7 +20,7 @@ if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from
 import redis
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from benchmarks.peers._common import BATCH, IdleClock, Progress, consumer_settings, producer_settings
+from benchmarks.peers._common import BATCH, IdleClock, Progress, consumer_settings, peer_arguments, producer_settings
 
 
 def redis_loop(
@@ -62,10 +61,7 @@ def redis_loop(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
+    parser = peer_arguments(__doc__)
     parser.add_argument("--redis-port", type=int, required=True)
     parser.add_argument("--redis-host", default="127.0.0.1")
     parser.add_argument("--window-seconds", type=int, default=24 * 3600, help="EX: how long an id is remembered")

@@ -36,7 +36,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from the checkout, not siblings
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from benchmarks.peers._common import IdleClock, Progress, peak_rss_mb
+from benchmarks.peers._common import IdleClock, Progress, peak_rss_mb, peer_arguments
 from benchmarks.peers._process_tree import tree_peak_rss_mb
 from dedupectl.spark.jars import ensure_connector_jars
 from dedupectl.spark.session import SparkSettings, spark_session
@@ -138,11 +138,7 @@ def run(args: argparse.Namespace) -> Progress:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("bootstrap")
-    parser.add_argument("input_topic")
-    parser.add_argument("output_topic")
-    parser.add_argument("state_dir")
+    parser = peer_arguments(__doc__, "state_dir")
     parser.add_argument("--window-seconds", type=int, default=24 * 3600, help="watermark delay: how long an id is kept")
     parser.add_argument("--idle-seconds", type=float, default=3.0)
     parser.add_argument("--partitions", type=int, default=4, help="shuffle partitions: one per input partition")
