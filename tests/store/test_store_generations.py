@@ -11,9 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
+from mixed_ids import mixed_ids
 from rocksdict import Rdict
 
 from store import generations
@@ -25,20 +25,6 @@ from store.testing import as_schema_4
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _mixed_ids(rng: random.Random, count: int) -> list[bytes]:
-    """``ajs-`` ids, canonical UUIDs and other bytes, in turn."""
-    ids = []
-    for n in range(count):
-        kind = n % 3
-        if kind == 0:
-            ids.append(f"ajs-{rng.getrandbits(128):032x}".encode())
-        elif kind == 1:
-            ids.append(str(uuid.UUID(int=rng.getrandbits(128))).encode())
-        else:
-            ids.append(b"order:%d:%x" % (n, rng.getrandbits(40)))
-    return ids
-
-
 def _answers(store: DedupStore, ids: list[bytes]) -> tuple[list[bool], list[bool]]:
     return store.contains_many(ids), store.contains_keys_in_db(encode_ids(ids))
 
@@ -48,13 +34,13 @@ def test_routed_lookups_answer_as_every_generation_and_as_recorded(tmp_path, sho
     path = tmp_path / "events-0"
     window = short_generations(2_000)
     recorded: list[bytes] = []
-    unseen = _mixed_ids(rng, 3_000)
+    unseen = mixed_ids(3_000, rng.randbytes)
     cut = 0
     for restart in range(3):
         with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
             assert store.generation_ids() == 2_000
             for _ in range(6):
-                batch = _mixed_ids(rng, 997)
+                batch = mixed_ids(997, rng.randbytes)
                 assert not any(store.contains_many(batch))
                 store.record(batch, [1] * len(batch))
                 recorded += batch
@@ -99,7 +85,7 @@ def _store_of_schema_4(path: Path, ids: list[bytes], max_keys: int) -> None:
 def test_a_schema_4_store_is_moved_into_generations_by_its_first_writer(tmp_path):
     rng = random.Random(11)
     path = tmp_path / "events-0"
-    ids = _mixed_ids(rng, 30_000)
+    ids = mixed_ids(30_000, rng.randbytes)
     _store_of_schema_4(path, ids, max_keys=25_000)
     assert CF_IDS in Rdict.list_cf(str(path))
     expected = [n >= 5_000 for n in range(len(ids))]
@@ -112,7 +98,7 @@ def test_a_schema_4_store_is_moved_into_generations_by_its_first_writer(tmp_path
         assert CF_IDS not in Rdict.list_cf(str(path))
         assert store.contains_many(ids) == expected
         assert store.lookup_many([ids[4_999], ids[5_000], ids[29_999]]) == [None, (5_000, 5_000), (29_999, 29_999)]
-        more = _mixed_ids(rng, 100)
+        more = mixed_ids(100, rng.randbytes)
         store.record(more, [7] * len(more))
         assert all(store.contains_many(more))
     with DedupStore.open_secondary(path) as reader:

@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import pytest
+from mixed_ids import mixed_ids
 
 from store.aging import AgingPolicy, advance_cut, age_fully
 from store.codec import encode_ids
@@ -20,22 +21,6 @@ from store.id_filter import FALSE_POSITIVE_RATE, GROUPS, FilterStamp, IdFilter, 
 
 def _ajs(count: int) -> list[bytes]:
     return [f"ajs-{os.urandom(16).hex()}".encode() for _ in range(count)]
-
-
-def _mixed(count: int) -> list[bytes]:
-    """Every kind the codec packs: ajs- ids, canonical UUIDs, and other bytes of many lengths."""
-    ids = []
-    for n in range(count):
-        kind = n % 4
-        if kind == 0:
-            ids.append(f"ajs-{os.urandom(16).hex()}".encode())
-        elif kind == 1:
-            ids.append(str(uuid.uuid4()).encode())
-        elif kind == 2:
-            ids.append(f"order-{n}-{os.urandom(3).hex()}".encode())
-        else:
-            ids.append(os.urandom(1 + n % 40))
-    return ids
 
 
 def _filled(ids: list[bytes], span: int) -> tuple[IdFilter, np.ndarray]:
@@ -53,7 +38,7 @@ def _filled(ids: list[bytes], span: int) -> tuple[IdFilter, np.ndarray]:
 
 def test_a_filter_filled_to_capacity_holds_every_id_of_every_kind():
     span = 20_000
-    ids = _mixed(GROUPS * span)
+    ids = mixed_ids(GROUPS * span)
     id_filter, hashes = _filled(ids, span)
     assert id_filter.may_hold(hashes).all()
     assert id_filter.entries() == len(ids)
@@ -66,7 +51,7 @@ def test_absent_ids_pass_at_about_the_stated_rate():
 
 
 def test_hashes_are_the_same_in_every_process_and_for_a_key_alone_or_in_a_mixed_batch():
-    keys = encode_ids(_mixed(400))
+    keys = encode_ids(mixed_ids(400))
     together = key_hashes(keys)
     alone = np.concatenate([key_hashes([key]) for key in keys])
     assert (together == alone).all()
@@ -133,7 +118,7 @@ def _answers_match(store: DedupStore, asked: list[bytes]) -> list[bool]:
 
 def test_a_worker_store_answers_like_the_store_read_directly_across_aging_and_reopening(tmp_path):
     path = tmp_path / "t-0"
-    recorded, unseen = _mixed(12_000), _mixed(3_000)
+    recorded, unseen = mixed_ids(12_000), mixed_ids(3_000)
     with DedupStore.open(path, topic="t", partition=0) as store:
         assert not any(_answers_match(store, recorded[:100]))  # the filter is made on the first lookup
         _record(store, recorded)
