@@ -36,18 +36,8 @@ def _file_number(name: str) -> int:
     return int(name[name.rfind("/") + 1 : name.rfind(".")])
 
 
-def family_file_numbers(store: DedupStore, family: str) -> dict[int, int]:
-    """``{file number: level}`` of one column family's live SST files (the binding's file list has no family);
-    ``ids`` means every generation."""
-    if family == CF_IDS:
-        numbers: dict[int, int] = {}
-        for name, _, _ in store.id_families():
-            numbers.update(_file_numbers(store, name))
-        return numbers
-    return _file_numbers(store, family)
-
-
 def _file_numbers(store: DedupStore, family: str) -> dict[int, int]:
+    """``{file number: level}`` of one column family's live SST files (the binding's file list has no family)."""
     text = store.family(family).property_value("rocksdb.sstables") or ""
     numbers: dict[int, int] = {}
     level = 0
