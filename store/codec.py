@@ -37,6 +37,9 @@ two more families, always written together in one ``WriteBatch``:
                             worker refused the partition for (see Output gaps); absent when there is none
            key ``accepted-gaps``  value JSON list, oldest first, of ``{"gap": {…as above}, "from_seq",
                             "accepted_ms", "reason", "by"}``: the gaps an operator accepted; absent when none
+           key ``filter-token``   value ASCII: the token of the saved id filter (``id-filter`` beside the
+                            database, ``store.id_filter``) that holds every id below its stamped number;
+                            absent when no saved filter may be used (none saved yet, or ids put back since)
 
 Exactness. Ids are packed, not hashed: packing is a bijection, so two different ids never share a key and
 the probability of a false duplicate is 0, at 100 billion keys as at one. (Hashing would have needed at least
@@ -100,6 +103,7 @@ META_IDENTITY = b"identity"
 META_STATE = b"state"
 META_REFUSED_GAP = b"refused-gap"
 META_ACCEPTED_GAPS = b"accepted-gaps"
+META_FILTER_TOKEN = b"filter-token"
 
 GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset
 GAP_TRUNCATED = "truncated"  # the output's log end fell below it: the topic recreated, or records lost

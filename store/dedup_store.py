@@ -5,8 +5,9 @@ it as a secondary instance, which takes no lock and follows the writer. The byte
 each id is stored once, keyed by its packed bytes, with its sequence number as the value, in the generation
 family of its sequence number (``store.generations``); ``first_live_seq`` is the exact aging cut every reader
 applies. A worker's store (``open``) also keeps an id filter in memory
-(``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds, and
-saved beside the database (``FILTER_FILE``) when it closes.
+(``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds. It
+is saved beside the database (``FILTER_FILE``) when the store closes and each time a generation is sealed, so
+that a worker killed in between reads back only the ids recorded since the last save, not every id.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import bisect
 import logging
 import math
 import os
+import secrets
 import shutil
 import struct
 import tempfile
@@ -51,6 +53,7 @@ from store.codec import (
     IDS_UPPER,
     LEGACY_FAMILIES,
     META_ACCEPTED_GAPS,
+    META_FILTER_TOKEN,
     META_IDENTITY,
     META_REFUSED_GAP,
     META_STATE,
@@ -104,7 +107,7 @@ log = logging.getLogger(__name__)
 # rocksdict's multi-get costs more per key on long lists, likely RocksDB's sort of each list before it probes
 # the filters (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000)
 LOOKUP_CHUNK = 32
-FILTER_FILE = "id-filter"  # the id filter, saved beside the database when the store closes (store.id_filter)
+FILTER_FILE = "id-filter"  # the id filter, saved beside the database (store.id_filter)
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
@@ -202,7 +205,8 @@ class DedupStore:
         self._filtered = filtered
         self._window_ids = window_ids
         self._filter: IdFilter | None = None
-        self._opened_at_sequence = db.latest_sequence_number()
+        self._saving_filter: threading.Thread | None = None  # a save at a seal, being made durable
+        self._filter_save_due = False
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
         self._load_gaps()
@@ -666,23 +670,54 @@ class DedupStore:
             self._ready_filter()
 
     def _ready_filter(self) -> IdFilter:
-        """The filter saved when the store last closed, if nothing has written since; else one built now."""
-        saved = self.path / FILTER_FILE
-        self._filter = filters.load(saved, self._filter_stamp())
-        saved.unlink(missing_ok=True)  # from here on it would be stale; close writes it again
+        """The filter saved beside the store brought up to date with the ids recorded since it was saved; else
+        one built from every id."""
+        self._filter = self._saved_filter()
         if self._filter is None:
             self._filter = self._build_filter()
         return self._filter
 
-    def _filter_stamp(self) -> FilterStamp:
+    def _saved_filter(self) -> IdFilter | None:
+        """The saved filter, if this store names its token (see ``FilterStamp``), with the ids recorded under
+        numbers from its stamp on added (read from the newest generations); None where it cannot be used."""
+        saved = filters.load(self.path / FILTER_FILE)
+        if saved is None:
+            return None
+        id_filter, stamp = saved
         identity, state = self.identity, self._state
+        token = self._meta.get(META_FILTER_TOKEN)
+        if (
+            token is None
+            or stamp.token != token.decode("ascii", "replace")
+            or (stamp.topic, stamp.partition, stamp.created_ms)
+            != (identity.topic, identity.partition, identity.created_ms)
+            or stamp.next_seq > state.next_seq
+        ):
+            return None
+        started = time.monotonic()
+        low = max(stamp.next_seq, state.first_live_seq)
+        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
+            return None  # the window outgrew it: a larger one is built
+        added = 0
+        if low < state.next_seq:
+            for keys, seqs in self._id_chunks(low, state.next_seq):
+                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                    return None
+                added += len(keys)
+        log.info(
+            "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
+            identity.topic, identity.partition, added, time.monotonic() - started,
+        )  # fmt: skip
+        return id_filter
+
+    def _new_filter_stamp(self) -> FilterStamp:
+        identity = self.identity
         return FilterStamp(
             topic=identity.topic,
             partition=identity.partition,
             created_ms=identity.created_ms,
-            db_sequence=self._db.latest_sequence_number(),
-            next_seq=state.next_seq,
-            first_live_seq=state.first_live_seq,
+            token=secrets.token_hex(8),
+            next_seq=self._state.next_seq,
         )
 
     def _build_filter(self) -> IdFilter:
@@ -744,14 +779,53 @@ class DedupStore:
             self._filter = self._build_filter()
 
     def _save_filter(self) -> None:
-        saved = self.path / FILTER_FILE
+        """Save the filter at close. Without one (a store no lookup asked), a file saved earlier stays: its
+        token still says whether it can be used, brought up to date."""
+        self._finish_filter_save()
+        if self._filter is None:
+            return
+        stamp = self._new_filter_stamp()
         try:
-            if self._filter is not None:
-                filters.save(self._filter, saved, self._filter_stamp())
-            elif self._db.latest_sequence_number() != self._opened_at_sequence:
-                saved.unlink(missing_ok=True)  # written to without the filter: what is saved is stale
-        except OSError as error:  # the next open builds it again: slower, never wrong
+            filters.save(self._filter, self.path / FILTER_FILE, stamp)
+        except OSError as error:  # the next open reads back more ids: slower, never wrong
             log.warning("could not save the id filter of %s: %s", self.path, error)
+            return
+        self._name_saved_filter(stamp.token)
+
+    def _save_filter_at_seal(self) -> None:
+        """Save the filter as it is now (it holds every id below the next number), so that a worker killed
+        later reads back the ids of a generation or two instead of all. The file is written here, where the
+        filter does not change meanwhile, then synced and named in the metadata on a thread of its own."""
+        self._filter_save_due = False
+        if self._filter is None or (self._saving_filter is not None and self._saving_filter.is_alive()):
+            return
+        stamp = self._new_filter_stamp()
+        path = self.path / FILTER_FILE
+        try:
+            partial = filters.write_partial(self._filter, path, stamp)
+        except OSError as error:
+            log.warning("could not save the id filter of %s: %s", self.path, error)
+            return
+
+        def run() -> None:
+            try:
+                filters.commit(partial, path)
+                self._name_saved_filter(stamp.token)
+            except Exception as error:  # the last one named stays in use
+                log.warning("could not save the id filter of %s: %s", self.path, error)
+
+        self._saving_filter = threading.Thread(target=run, name="save-id-filter", daemon=True)
+        self._saving_filter.start()
+
+    def _name_saved_filter(self, token: str) -> None:
+        batch = WriteBatch(raw_mode=True)
+        batch.put(META_FILTER_TOKEN, token.encode("ascii"), self._meta_handle)
+        self._db.write(batch)
+
+    def _finish_filter_save(self) -> None:
+        if self._saving_filter is not None:
+            self._saving_filter.join()
+            self._saving_filter = None
 
     def live_seqs(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[int | None]:
         """The sequence number of each encoded id (``store.codec.encode_ids``) within the window, None where
@@ -873,7 +947,9 @@ class DedupStore:
         self._require_writable()
         seq_of = self.seqs_published_at(offsets)
         keys = encode_ids(ids)
+        self._finish_filter_save()  # else it could name a file saved without these ids after the batch below
         batch = WriteBatch(raw_mode=True)
+        batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
         placed: list[int | None] = [None] * len(ids)
         taken: set[int] = set()
         keys_taken: set[bytes] = set()
@@ -1126,6 +1202,7 @@ class DedupStore:
         self._generations.add(self._generation(name, first_seq))
         if previous is not None:
             self._seal(previous)
+            self._filter_save_due = True
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
@@ -1168,13 +1245,20 @@ class DedupStore:
         return any(family.property_int_value(f"rocksdb.num-files-at-level{level}") for level in range(_LAST_LEVEL))
 
     def wait_for_seals(self, timeout_s: float | None = None) -> bool:
-        """Wait until no generation is being sealed; False if ``timeout_s`` ran out first."""
+        """Wait until no generation is being sealed and the id filter saved at the last seal is durable; False
+        if ``timeout_s`` ran out first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for name, thread in list(self._sealing.items()):
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 return False
             del self._sealing[name]
+        saving = self._saving_filter
+        if saving is not None:
+            saving.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if saving.is_alive():
+                return False
+            self._saving_filter = None
         return True
 
     def generation_bytes(self) -> list[tuple[int, int, int]]:
@@ -1270,6 +1354,8 @@ class DedupStore:
         self._state = new_state
         if count:
             self._filter_add(keys, np.arange(first, first + count, dtype=np.int64))
+            if self._filter_save_due:
+                self._save_filter_at_seal()
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state

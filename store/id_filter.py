@@ -40,7 +40,7 @@ FINGERPRINT_BITS = 16 - GROUP_BITS
 LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
 FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
 MAX_KICKS = 500
-FILE_FORMAT = 1
+FILE_FORMAT = 2  # 2: stamped with the next number and a token, not RocksDB's sequence number
 HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
 
 _FP_MASK = np.uint16((1 << FINGERPRINT_BITS) - 1)
@@ -252,19 +252,21 @@ class IdFilter:
 
 @dataclass(frozen=True)
 class FilterStamp:
-    """What a saved filter was built from: it is used again only for a store in exactly this state (RocksDB's
-    sequence number moves with every write, so any write since the save makes the file stale)."""
+    """What a saved filter holds: every id the store ``topic``/``partition`` (made at ``created_ms``) had
+    recorded under numbers below ``next_seq`` when it was saved. The store names ``token`` in its metadata
+    once the file is durable, and drops that name with any write that puts an id back under an older number
+    (a reconcile repair): a file whose token the store does not name is never used."""
 
     topic: str
     partition: int
     created_ms: int
-    db_sequence: int
+    token: str
     next_seq: int
-    first_live_seq: int
 
 
-def save(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> None:
-    """Write the filter beside the store (a temporary file renamed into place: whole or absent)."""
+def write_partial(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> Path:
+    """Write the filter to a temporary file beside ``path`` (the caller's thread owns the filter meanwhile);
+    ``commit`` makes it durable and puts it in place."""
     header = {
         "format": FILE_FORMAT,
         "hash_version": HASH_VERSION,
@@ -273,15 +275,39 @@ def save(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> None:
         "group_starts": id_filter.group_starts,
         **asdict(stamp),
     }
-    partial = path.with_name(f".{path.name}.partial")
-    with open(partial, "wb") as handle:
-        handle.write(json.dumps(header).encode() + b"\n")
-        id_filter.table.tofile(handle)
-    os.replace(partial, path)
+    partial = path.with_name(f".{path.name}.{stamp.token}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            handle.write(json.dumps(header).encode() + b"\n")
+            id_filter.table.tofile(handle)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    return partial
 
 
-def load(path: Path, stamp: FilterStamp) -> IdFilter | None:
-    """The filter saved at ``path`` if it was saved for a store in the state ``stamp`` says; None otherwise."""
+def commit(partial: Path, path: Path) -> None:
+    """Sync a file ``write_partial`` wrote and rename it to ``path``: after a crash, whole or the one before."""
+    try:
+        with open(partial, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def save(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> None:
+    commit(write_partial(id_filter, path, stamp), path)
+
+
+def load(path: Path) -> tuple[IdFilter, FilterStamp] | None:
+    """The filter saved at ``path`` and what it holds; None if there is none this code can read."""
     try:
         with open(path, "rb") as handle:
             header = json.loads(handle.readline(4096))
@@ -289,13 +315,14 @@ def load(path: Path, stamp: FilterStamp) -> IdFilter | None:
                 header.get("format") != FILE_FORMAT
                 or header.get("hash_version") != HASH_VERSION
                 or header.get("byteorder") != sys.byteorder
-                or any(header.get(name) != value for name, value in asdict(stamp).items())
             ):
                 return None
-            table = np.fromfile(handle, np.uint16, count=IdFilter.buckets_for(header["span"]) * SLOTS)
+            stamp = FilterStamp(**{name: header[name] for name in FilterStamp.__dataclass_fields__})
+            buckets = IdFilter.buckets_for(header["span"])
+            table = np.fromfile(handle, np.uint16, count=buckets * SLOTS)
+            if table.size != buckets * SLOTS:
+                return None
+            table = table.reshape(buckets, SLOTS)
+            return IdFilter(header["span"], table=table, group_starts=header["group_starts"]), stamp
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    buckets = IdFilter.buckets_for(header["span"])
-    if table.size != buckets * SLOTS:
-        return None
-    return IdFilter(header["span"], table=table.reshape(buckets, SLOTS), group_starts=header["group_starts"])

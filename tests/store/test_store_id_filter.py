@@ -81,23 +81,20 @@ def test_a_group_is_cleared_only_once_its_whole_stretch_is_below_the_cut():
     assert held[:span].mean() <= 2 * FALSE_POSITIVE_RATE  # the first stretch's entries are gone
 
 
-def test_a_saved_filter_is_used_again_only_for_the_same_store_state(tmp_path):
+def test_a_saved_filter_is_read_back_whole_with_its_stamp_or_not_at_all(tmp_path):
     id_filter, hashes = _filled(_ajs(3_000), 1_000)
-    stamp = FilterStamp("t", 0, 1, db_sequence=7, next_seq=3_000, first_live_seq=0)
+    stamp = FilterStamp("t", 0, 1, token="abc", next_seq=3_000)
     path = tmp_path / "f"
     save(id_filter, path, stamp)
-    again = load(path, stamp)
-    assert again is not None and again.may_hold(hashes).all()
+    assert not list(tmp_path.glob(".*partial"))
+    loaded = load(path)
+    assert loaded is not None
+    again, read_stamp = loaded
+    assert read_stamp == stamp and again.may_hold(hashes).all()
     assert (again.table == id_filter.table).all() and again.group_starts == id_filter.group_starts
-    for changed in (
-        FilterStamp("t", 0, 1, db_sequence=8, next_seq=3_000, first_live_seq=0),
-        FilterStamp("t", 1, 1, db_sequence=7, next_seq=3_000, first_live_seq=0),
-        FilterStamp("t", 0, 1, db_sequence=7, next_seq=3_000, first_live_seq=5),
-    ):
-        assert load(path, changed) is None
     path.write_bytes(path.read_bytes()[:-100])  # cut short
-    assert load(path, stamp) is None
-    assert load(tmp_path / "absent", stamp) is None
+    assert load(path) is None
+    assert load(tmp_path / "absent") is None
 
 
 # -- the store with its filter --------------------------------------------------------------------------------
@@ -132,12 +129,11 @@ def test_a_worker_store_answers_like_the_store_read_directly_across_aging_and_re
     assert (path / FILTER_FILE).exists()  # saved at close
     with DedupStore.open(path, topic="t", partition=0) as store:
         assert _answers_match(store, recorded) == expected
-        assert not (path / FILTER_FILE).exists()  # taken back in: it would be stale once written to
         age_fully(store, AgingPolicy(max_keys=2_000))
         assert _answers_match(store, recorded) == [n >= 10_000 for n in range(len(recorded))]
 
 
-def test_a_store_written_without_its_filter_does_not_use_the_saved_one(tmp_path):
+def test_a_store_written_without_its_filter_reads_back_what_was_written_since_it_was_saved(tmp_path):
     path = tmp_path / "t-0"
     first, later = _ajs(3_000), _ajs(3_000)
     with DedupStore.open(path, topic="t", partition=0) as store:
@@ -146,7 +142,7 @@ def test_a_store_written_without_its_filter_does_not_use_the_saved_one(tmp_path)
     saved = (path / FILTER_FILE).read_bytes()
     with DedupStore.open_existing(path) as store:  # a maintenance open: no filter, but it writes
         _record(store, later, start_ms=10_000)
-    (path / FILTER_FILE).write_bytes(saved)  # even put back, it no longer fits the store
+    assert (path / FILTER_FILE).read_bytes() == saved  # kept: it holds every id below its stamp
     with DedupStore.open(path, topic="t", partition=0) as store:
         assert all(_answers_match(store, first + later))
 
@@ -171,6 +167,62 @@ def test_ids_put_back_by_reconcile_are_found_through_the_filter(tmp_path):
         assert not any(_answers_match(store, lost))
         assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
         assert all(_answers_match(store, lost))
+
+
+def test_ids_put_back_under_old_numbers_make_the_saved_filter_unusable(tmp_path):
+    path = tmp_path / "t-0"
+    ids = _ajs(1_000)
+    lost = ids[200:210]
+    with DedupStore.open(path, topic="t", partition=0) as store:  # no lookup: no filter made
+        store.record(ids, list(range(1_000)), output_offsets=range(100, 1_100))
+        store.forget_many(lost)
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert not any(_answers_match(store, lost))  # the filter, built now, lacks them; it is saved at close
+    with DedupStore.open_existing(path) as store:  # reconcile's repair
+        assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert all(_answers_match(store, lost))
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+import store.dedup_store, store.generations
+store.dedup_store.MIN_FILTER_WINDOW = 1
+store.generations.MIN_GENERATION_IDS = 1
+from store.dedup_store import DedupStore
+path, window, count, durable_at = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+store = DedupStore.open(path, topic="t", partition=0, window_ids=window)
+ids = [f"ajs-{n:032x}".encode() for n in range(count)]
+for at in range(0, count, 500):
+    chunk = ids[at : at + 500]
+    assert not any(store.contains_many(chunk))
+    store.record(chunk, [1_000 + at + n for n in range(len(chunk))])
+    if at + 500 == durable_at:
+        assert store.wait_for_seals(60)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_worker_store_reads_back_only_the_ids_recorded_since_the_last_seal(
+    tmp_path, short_generations, caplog
+):
+    path, window = tmp_path / "t-0", short_generations(5_000)
+    # seals at 5,000 ... 20,000 each save the filter after their batch (the last: all ids below 20,500); the
+    # writer waits for that save to be durable at 22,000, records 1,000 more and is killed
+    writer = subprocess.run(
+        [sys.executable, "-c", _KILLED_WRITER, str(path), str(window), "23000", "22000"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert writer.returncode == -9, writer.stderr
+    recorded = [f"ajs-{n:032x}".encode() for n in range(23_000)]
+    with (
+        caplog.at_level("INFO", logger="store.dedup_store"),
+        DedupStore.open(path, topic="t", partition=0, window_ids=window) as store,
+    ):
+        assert all(_answers_match(store, recorded))
+        assert not any(_answers_match(store, _ajs(2_000)))
+    assert "added the 2500 ids recorded since it was saved" in caplog.text
 
 
 @pytest.mark.parametrize("window_ids", [None, 50_000])
