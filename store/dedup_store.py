@@ -672,6 +672,8 @@ class DedupStore:
     def _ready_filter(self) -> IdFilter:
         """The filter saved beside the store brought up to date with the ids recorded since it was saved; else
         one built from every id."""
+        for leftover in self.path.glob(f".{FILTER_FILE}.*partial"):  # a save cut short by a kill
+            leftover.unlink(missing_ok=True)
         self._filter = self._saved_filter()
         if self._filter is None:
             self._filter = self._build_filter()

@@ -215,6 +215,7 @@ def test_a_killed_worker_store_reads_back_only_the_ids_recorded_since_the_last_s
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert writer.returncode == -9, writer.stderr
+    (path / f".{FILTER_FILE}.0123.partial").write_bytes(b"cut short")  # as a kill amid a save leaves it
     recorded = [f"ajs-{n:032x}".encode() for n in range(23_000)]
     with (
         caplog.at_level("INFO", logger="store.dedup_store"),
@@ -223,6 +224,7 @@ def test_a_killed_worker_store_reads_back_only_the_ids_recorded_since_the_last_s
         assert all(_answers_match(store, recorded))
         assert not any(_answers_match(store, _ajs(2_000)))
     assert "added the 2500 ids recorded since it was saved" in caplog.text
+    assert not list(path.glob(".*partial"))
 
 
 @pytest.mark.parametrize("window_ids", [None, 50_000])
