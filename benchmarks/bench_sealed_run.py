@@ -1,0 +1,139 @@
+"""What a duplicate's lookup costs in one sealed generation, by the generation's size and its blocks' codec.
+
+    python benchmarks/bench_sealed_run.py [--sizes 1000000,10000000,40000000] [--codecs zstd12,lz4,none]
+
+For each size N and codec, one SST file of N sorted random packed ``ajs-`` ids (18-byte keys, 4-byte sequence
+numbers as values) is written as a sealed generation is (4 KiB blocks, restart interval 16, no filter) and
+ingested into a fresh database with the store's 8 MiB block cache. Then 100,000 of its ids, at random, are
+looked up through multi-gets of 5,000 (median of 4 rounds after a first): present ids/s and bytes on disk per
+id, each with its ratio to the same codec's first size.
+
+Raw RocksDB through rocksdict, no id filter and no Python per id beyond the multi-get: what is left of a
+duplicate's lookup once the id filter has routed it to its generation, and how it grows with the run. The
+store seals with zstd at level 12 (``store.options``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, SstFileWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from store.codec import AJS_PREFIX  # noqa: E402
+from store.options import (  # noqa: E402
+    BLOCK_CACHE_BYTES,
+    GENERATION_BLOCK_BYTES,
+    GENERATION_RESTART_INTERVAL,
+    IDS_ZSTD_LEVEL,
+)
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+PROBES = 100_000
+BATCH = 5_000
+ROUNDS = 5
+
+
+def run_options(codec: str, cache: Cache) -> Options:
+    table = BlockBasedOptions()
+    table.set_block_size(GENERATION_BLOCK_BYTES)
+    table.set_block_restart_interval(GENERATION_RESTART_INTERVAL)
+    table.set_format_version(5)
+    table.set_block_cache(cache)
+    table.set_cache_index_and_filter_blocks(False)
+    options = Options(raw_mode=True)
+    options.set_block_based_table_factory(table)
+    if codec == "zstd12":
+        options.set_compression_type(DBCompressionType.zstd())
+        options.set_compression_options(-14, IDS_ZSTD_LEVEL, 0, 0)
+    elif codec == "lz4":
+        options.set_compression_type(DBCompressionType.lz4())
+    elif codec == "none":
+        options.set_compression_type(DBCompressionType.none())
+    else:
+        raise SystemExit(f"unknown codec {codec!r}: zstd12, lz4 or none")
+    options.create_if_missing(True)
+    return options
+
+
+def measure(scratch: Path, size: int, codec: str) -> dict:
+    rng = np.random.default_rng(size)
+    keys = np.unique(rng.integers(0, 256, (size, 16), dtype=np.uint8).view("V16").ravel())
+    packed = [AJS_PREFIX + bytes(key) for key in keys]
+    seqs = rng.permutation(len(packed)).tolist()
+    directory = scratch / f"{codec}-{size}"
+    directory.mkdir()
+    options = run_options(codec, Cache(BLOCK_CACHE_BYTES))
+    writer = SstFileWriter(options=options)
+    writer.open(str(directory / "run.sst"))
+    for key, seq in zip(packed, seqs, strict=True):
+        writer[key] = seq.to_bytes(4, "big")
+    writer.finish()
+    disk = (directory / "run.sst").stat().st_size / len(packed)
+    db = Rdict(str(directory / "db"), options=options)
+    try:
+        db.ingest_external_file([str(directory / "run.sst")])
+        probes = [packed[i] for i in np.random.default_rng(1).choice(len(packed), PROBES, replace=False)]
+        rates = []
+        for _ in range(ROUNDS):
+            started = time.perf_counter()
+            for at in range(0, PROBES, BATCH):
+                found = db[probes[at : at + BATCH]]
+            rates.append(PROBES / (time.perf_counter() - started))
+            assert all(value is not None for value in found)
+    finally:
+        db.close()
+        shutil.rmtree(directory, ignore_errors=True)
+    return {"size": size, "codec": codec, "disk_bytes_per_id": disk, "present_per_s": statistics.median(rates[1:])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000000,10000000,40000000")
+    parser.add_argument("--codecs", default="zstd12,lz4,none")
+    parser.add_argument("--scratch", type=Path, help="directory for the runs (default: a temporary one)")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-sealed-", dir=args.scratch))
+    rows: list[dict] = []
+    try:
+        for size in (int(size) for size in args.sizes.split(",")):
+            for codec in args.codecs.split(","):
+                rows.append(measure(scratch, size, codec))
+                row = rows[-1]
+                console.print(
+                    f"{codec} {size:,}: {row['present_per_s'] / 1e3:.1f}k present ids/s, "
+                    f"{row['disk_bytes_per_id']:.1f} B/id"
+                )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = Table(title=f"one sealed run, multi-gets of {BATCH:,} held ids ({os.cpu_count()} cores)")
+    for column in ("codec", "ids in the run", "bytes on disk per id", "present ids/s", "vs the first size"):
+        table.add_column(column, justify="right")
+    first = {}
+    for row in rows:
+        base = first.setdefault(row["codec"], row["present_per_s"])
+        table.add_row(
+            row["codec"],
+            f"{row['size']:,}",
+            f"{row['disk_bytes_per_id']:.1f}",
+            f"{row['present_per_s'] / 1e3:.1f}k",
+            f"{row['present_per_s'] / base:.2f}",
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
