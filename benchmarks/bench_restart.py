@@ -40,7 +40,8 @@ from rich.table import Table  # noqa: E402
 from benchmarks.bulk_stores import bulk_load_store  # noqa: E402
 from store import id_filter as filters  # noqa: E402
 from store.bulk_load import LoadLayout  # noqa: E402
-from store.dedup_store import FILTER_FILE, DedupStore  # noqa: E402
+from store.dedup_store import DedupStore  # noqa: E402
+from store.filter_keeper import FILTER_FILE  # noqa: E402
 from store.footprint import dir_bytes  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -53,7 +54,7 @@ import os, signal, sys, time
 from pathlib import Path
 import numpy as np
 from benchmarks.bulk_stores import random_ajs_ids
-from store.dedup_store import DedupStore
+from store.dedup_store import DedupStore  # noqa: E402
 path, window, batch = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 store = DedupStore.open(path, topic=sys.argv[4], partition=0, window_ids=window)
 extra = store.generation_ids() * 3 // 2

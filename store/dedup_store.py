@@ -5,18 +5,16 @@ it as a secondary instance, which takes no lock and follows the writer. The byte
 each id is stored once, keyed by its packed bytes, with its sequence number as the value, in the generation
 family of its sequence number (``store.generations``); ``first_live_seq`` is the exact aging cut every reader
 applies. A worker's store (``open``) also keeps an id filter in memory
-(``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds. It
-is saved beside the database (``FILTER_FILE``) when the store closes and each time a generation is sealed, so
-that a worker killed in between reads back only the ids recorded since the last save, not every id.
+(``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds, and
+saved beside the database when the store closes and each time a generation is sealed
+(``store.filter_keeper``).
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import math
 import os
-import secrets
 import shutil
 import struct
 import tempfile
@@ -39,7 +37,6 @@ from rocksdict import (
 )
 
 from store import generations as gens
-from store import id_filter as filters
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
@@ -97,8 +94,9 @@ from store.errors import (
     StoreNotFoundError,
     StoreVersionError,
 )
+from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations
-from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
+from store.id_filter import GROUPS, IdFilter, key_hashes
 from store.options import SEALED_GENERATION_OPTIONS, SharedMemory, generation_options, seal_options, store_options
 from store.seq_view import SeqView
 
@@ -107,9 +105,7 @@ log = logging.getLogger(__name__)
 # rocksdict's multi-get costs more per key on long lists, likely RocksDB's sort of each list before it probes
 # the filters (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000)
 LOOKUP_CHUNK = 32
-FILTER_FILE = "id-filter"  # the id filter, saved beside the database (store.id_filter)
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
-FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 _SCAN_CHUNK = 100_000
 _SECONDARY_OPEN_ATTEMPTS = 5
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
@@ -204,9 +200,17 @@ class DedupStore:
         # the id filter in front of lookups: for the stores of a worker (``open``), made on first lookup
         self._filtered = filtered
         self._window_ids = window_ids
-        self._filter: IdFilter | None = None
-        self._saving_filter: threading.Thread | None = None  # a save at a seal, being made durable
-        self._filter_save_due = False
+        self._filters = FilterKeeper(
+            StoreAccess(
+                path=path,
+                identity=identity,
+                state=lambda: self._state,
+                window=self._filter_window,
+                id_chunks=self._id_chunks,
+                saved_token=self._saved_filter_token,
+                name_saved=self._name_saved_filter,
+            )
+        )
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
         self._load_gaps()
@@ -623,7 +627,7 @@ class DedupStore:
         only about the ids the filter may hold, each in the generations of the group the filter holds for it."""
         if not self._filtered or not keys:
             return self.contains_keys_in_db(keys)
-        id_filter = self._filter if self._filter is not None else self._ready_filter()
+        id_filter = self._filters.ready()
         maybe, values = self._routed_values(id_filter, keys, LOOKUP_CHUNK)
         found = [False] * len(keys)
         cut = self._state.first_live_seq
@@ -661,87 +665,13 @@ class DedupStore:
     @property
     def filter_bytes(self) -> int:
         """Memory the id filter takes (0 before the first lookup, and for stores without one)."""
-        return 0 if self._filter is None else self._filter.memory_bytes
+        return self._filters.memory_bytes
 
     def prepare_filter(self) -> None:
         """Build the id filter now rather than on the first lookup (after a bulk load: the store's first
         worker then starts from the saved filter instead of reading every id)."""
-        if self._filtered and self._filter is None:
-            self._ready_filter()
-
-    def _ready_filter(self) -> IdFilter:
-        """The filter saved beside the store brought up to date with the ids recorded since it was saved; else
-        one built from every id."""
-        for leftover in self.path.glob(f".{FILTER_FILE}.*partial"):  # a save cut short by a kill
-            leftover.unlink(missing_ok=True)
-        self._filter = self._saved_filter()
-        if self._filter is None:
-            self._filter = self._build_filter()
-        return self._filter
-
-    def _saved_filter(self) -> IdFilter | None:
-        """The saved filter, if this store names its token (see ``FilterStamp``), with the ids recorded under
-        numbers from its stamp on added (read from the newest generations); None where it cannot be used."""
-        saved = filters.load(self.path / FILTER_FILE)
-        if saved is None:
-            return None
-        id_filter, stamp = saved
-        identity, state = self.identity, self._state
-        token = self._meta.get(META_FILTER_TOKEN)
-        if (
-            token is None
-            or stamp.token != token.decode("ascii", "replace")
-            or (stamp.topic, stamp.partition, stamp.created_ms)
-            != (identity.topic, identity.partition, identity.created_ms)
-            or stamp.next_seq > state.next_seq
-        ):
-            return None
-        started = time.monotonic()
-        low = max(stamp.next_seq, state.first_live_seq)
-        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
-            return None  # the window outgrew it: a larger one is built
-        added = 0
-        if low < state.next_seq:
-            for keys, seqs in self._id_chunks(low, state.next_seq):
-                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
-                    return None
-                added += len(keys)
-        log.info(
-            "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
-            identity.topic, identity.partition, added, time.monotonic() - started,
-        )  # fmt: skip
-        return id_filter
-
-    def _new_filter_stamp(self) -> FilterStamp:
-        identity = self.identity
-        return FilterStamp(
-            topic=identity.topic,
-            partition=identity.partition,
-            created_ms=identity.created_ms,
-            token=secrets.token_hex(8),
-            next_seq=self._state.next_seq,
-        )
-
-    def _build_filter(self) -> IdFilter:
-        """A filter of every live id, read from the ``ids`` family, sized for the window: the aging bound, or
-        twice the ids held without one, so that a growing store builds one again only when it doubles."""
-        started = time.monotonic()
-        state = self._state
-        id_filter = IdFilter(math.ceil(self._filter_window() * FILTER_SLACK / (GROUPS - 1)))
-        if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
-            raise StoreError(f"store {self.path}: a new id filter cannot hold its window (a bug)")
-        added = 0
-        for keys, seqs in self._id_chunks(state.first_live_seq, state.next_seq):
-            if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
-                raise StoreError(f"store {self.path}: a new id filter found no room for its ids (a bug)")
-            added += len(keys)
-        if added > _SCAN_CHUNK:
-            log.info(
-                "%s[%d]: built the id filter of %d ids in %.1f s (%.0f MiB)",
-                self.identity.topic, self.identity.partition, added, time.monotonic() - started,
-                id_filter.memory_bytes / 2**20,
-            )  # fmt: skip
-        return id_filter
+        if self._filtered:
+            self._filters.ready()
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
@@ -769,65 +699,14 @@ class DedupStore:
         if keys:
             yield keys, seqs
 
-    def _filter_add(self, keys: list[bytes], seqs: np.ndarray) -> None:
-        """Tell the filter about ids just written. Should it have no room (the window outgrew it), a new one
-        is built from the store, which holds them already."""
-        id_filter = self._filter
-        if id_filter is None:  # not made yet: when it is, it reads them from the store
-            return
-        cut = self._state.first_live_seq
-        if not (id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)):
-            self._filter = None  # never left half-updated: a filter that missed an id would let a duplicate by
-            self._filter = self._build_filter()
-
-    def _save_filter(self) -> None:
-        """Save the filter at close. Without one (a store no lookup asked), a file saved earlier stays: its
-        token still says whether it can be used, brought up to date."""
-        self._finish_filter_save()
-        if self._filter is None:
-            return
-        stamp = self._new_filter_stamp()
-        try:
-            filters.save(self._filter, self.path / FILTER_FILE, stamp)
-        except OSError as error:  # the next open reads back more ids: slower, never wrong
-            log.warning("could not save the id filter of %s: %s", self.path, error)
-            return
-        self._name_saved_filter(stamp.token)
-
-    def _save_filter_at_seal(self) -> None:
-        """Save the filter as it is now (it holds every id below the next number), so that a worker killed
-        later reads back the ids of a generation or two instead of all. The file is written here, where the
-        filter does not change meanwhile, then synced and named in the metadata on a thread of its own."""
-        self._filter_save_due = False
-        if self._filter is None or (self._saving_filter is not None and self._saving_filter.is_alive()):
-            return
-        stamp = self._new_filter_stamp()
-        path = self.path / FILTER_FILE
-        try:
-            partial = filters.write_partial(self._filter, path, stamp)
-        except OSError as error:
-            log.warning("could not save the id filter of %s: %s", self.path, error)
-            return
-
-        def run() -> None:
-            try:
-                filters.commit(partial, path)
-                self._name_saved_filter(stamp.token)
-            except Exception as error:  # the last one named stays in use
-                log.warning("could not save the id filter of %s: %s", self.path, error)
-
-        self._saving_filter = threading.Thread(target=run, name="save-id-filter", daemon=True)
-        self._saving_filter.start()
+    def _saved_filter_token(self) -> str | None:
+        token = self._meta.get(META_FILTER_TOKEN)
+        return None if token is None else token.decode("ascii", "replace")
 
     def _name_saved_filter(self, token: str) -> None:
         batch = WriteBatch(raw_mode=True)
         batch.put(META_FILTER_TOKEN, token.encode("ascii"), self._meta_handle)
         self._db.write(batch)
-
-    def _finish_filter_save(self) -> None:
-        if self._saving_filter is not None:
-            self._saving_filter.join()
-            self._saving_filter = None
 
     def live_seqs(self, keys: list[bytes], per_call: int = LOOKUP_CHUNK) -> list[int | None]:
         """The sequence number of each encoded id (``store.codec.encode_ids``) within the window, None where
@@ -844,7 +723,7 @@ class DedupStore:
     def _raw_values(self, keys: list[bytes], per_call: int) -> list[bytes | None]:
         """The ``ids`` values of ``keys`` (encoded ids), aged-out ids included, ``per_call`` keys a multi-get;
         through the id filter's routes when the store has one, else from every generation."""
-        id_filter = self._filter if self._filtered else None
+        id_filter = self._filters.current if self._filtered else None
         if id_filter is None or not keys:
             return self._values(keys, per_call)
         values: list[bytes | None] = [None] * len(keys)
@@ -949,7 +828,7 @@ class DedupStore:
         self._require_writable()
         seq_of = self.seqs_published_at(offsets)
         keys = encode_ids(ids)
-        self._finish_filter_save()  # else it could name a file saved without these ids after the batch below
+        self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
         placed: list[int | None] = [None] * len(ids)
@@ -968,7 +847,7 @@ class DedupStore:
         if taken:
             self._db.write(batch)
             chosen = [index for index, seq in enumerate(placed) if seq is not None]
-            self._filter_add([keys[index] for index in chosen], np.array([placed[index] for index in chosen]))
+            self._filters.add([keys[index] for index in chosen], np.array([placed[index] for index in chosen]))
             if self._seq_view is not None:
                 for message_id, seq in zip(ids, placed, strict=True):
                     if seq is not None:
@@ -1173,8 +1052,8 @@ class DedupStore:
     def generation_ids(self) -> int:
         """Numbers per generation: the id filter's stretch (``store.generations``), for the window it has or,
         before it is made, the one it will be made for."""
-        if self._filter is not None:
-            return max(gens.MIN_GENERATION_IDS, self._filter.span)
+        if self._filters.current is not None:
+            return max(gens.MIN_GENERATION_IDS, self._filters.current.span)
         return gens.generation_ids(self._filter_window(), GROUPS, FILTER_SLACK)
 
     def _generations_for(self, first: int, count: int) -> list[tuple[int, Generation]]:
@@ -1204,7 +1083,7 @@ class DedupStore:
         self._generations.add(self._generation(name, first_seq))
         if previous is not None:
             self._seal(previous)
-            self._filter_save_due = True
+            self._filters.sealed()
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
@@ -1255,13 +1134,7 @@ class DedupStore:
             if thread.is_alive():
                 return False
             del self._sealing[name]
-        saving = self._saving_filter
-        if saving is not None:
-            saving.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            if saving.is_alive():
-                return False
-            self._saving_filter = None
-        return True
+        return self._filters.wait_for_save(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def generation_bytes(self) -> list[tuple[int, int, int]]:
         """``(first, end, SST bytes)`` of each generation, oldest first (what ``max_bytes`` aging weighs)."""
@@ -1355,9 +1228,8 @@ class DedupStore:
         self._db.write(batch)
         self._state = new_state
         if count:
-            self._filter_add(keys, np.arange(first, first + count, dtype=np.int64))
-            if self._filter_save_due:
-                self._save_filter_at_seal()
+            self._filters.add(keys, np.arange(first, first + count, dtype=np.int64))
+            self._filters.save_if_due()
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state
@@ -1422,7 +1294,7 @@ class DedupStore:
         try:
             if self.writable:
                 self.wait_for_seals()
-                self._save_filter()
+                self._filters.save_at_close()
             if self._seq_view is not None:
                 self._seq_view.close()
                 self._seq_view = None

@@ -15,7 +15,8 @@ from mixed_ids import mixed_ids
 
 from store.aging import AgingPolicy, advance_cut, age_fully
 from store.codec import encode_ids
-from store.dedup_store import FILTER_FILE, DedupStore
+from store.dedup_store import DedupStore
+from store.filter_keeper import FILTER_FILE
 from store.id_filter import FALSE_POSITIVE_RATE, GROUPS, FilterStamp, IdFilter, key_hashes, load, save
 
 
@@ -150,10 +151,10 @@ def test_a_store_written_without_its_filter_reads_back_what_was_written_since_it
 def test_a_window_wider_than_the_filter_makes_the_store_build_a_larger_one(tmp_path):
     with DedupStore.open(tmp_path / "t-0", topic="t", partition=0, window_ids=1_000) as store:
         store.contains_many([b"x"])
-        small = store._filter.capacity
+        small = store._filters.current.capacity
         ids = _ajs(small + 30_000)
         _record(store, ids)
-        assert store._filter.capacity > small
+        assert store._filters.current.capacity > small
         assert all(_answers_match(store, ids))
 
 
@@ -218,7 +219,7 @@ def test_a_killed_worker_store_reads_back_only_the_ids_recorded_since_the_last_s
     (path / f".{FILTER_FILE}.0123.partial").write_bytes(b"cut short")  # as a kill amid a save leaves it
     recorded = [f"ajs-{n:032x}".encode() for n in range(23_000)]
     with (
-        caplog.at_level("INFO", logger="store.dedup_store"),
+        caplog.at_level("INFO", logger="store.filter_keeper"),
         DedupStore.open(path, topic="t", partition=0, window_ids=window) as store,
     ):
         assert all(_answers_match(store, recorded))
@@ -231,4 +232,4 @@ def test_a_killed_worker_store_reads_back_only_the_ids_recorded_since_the_last_s
 def test_the_filter_is_sized_for_the_window(tmp_path, window_ids):
     with DedupStore.open(tmp_path / "t-0", topic="t", partition=0, window_ids=window_ids) as store:
         store.contains_many([b"x"])
-        assert store._filter.capacity >= (window_ids or 1_000_000)
+        assert store._filters.current.capacity >= (window_ids or 1_000_000)

@@ -1,0 +1,199 @@
+"""The id filter of a worker's store over the store's life (the filter itself: ``store.id_filter``).
+
+It is made on the first lookup: read back from the file saved beside the store and brought up to date with
+the ids recorded since it was saved, or, where no saved file can be used, built from every live id. Each
+recorded id is then added to it. It is saved at close and each time a generation is sealed, so that a worker
+killed in between reads back the ids of a generation or two, not all of them.
+
+A saved file is used only if the store's metadata names its token (``FilterStamp``). The token is written
+once the file is durable, and a write that puts ids back under older numbers drops it in the same write
+batch (``DedupStore.place``): the file would lack them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from store import id_filter as filters
+from store.codec import StoreIdentity, StoreState
+from store.errors import StoreError
+from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
+
+log = logging.getLogger(__name__)
+
+FILTER_FILE = "id-filter"  # beside the database
+FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
+LOG_BUILDS_ABOVE = 100_000  # ids: smaller builds take well under a second and are not worth a log line
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """What the keeper reads and writes of its store."""
+
+    path: Path
+    identity: StoreIdentity
+    state: Callable[[], StoreState]
+    window: Callable[[], int]  # ids a new filter is sized for
+    id_chunks: Callable[[int, int], Iterator[tuple[list[bytes], list[int]]]]  # (keys, seqs) numbered low..high-1
+    saved_token: Callable[[], str | None]
+    name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
+
+
+class FilterKeeper:
+    """Owns one store's filter; used from the store's owner thread (a save's sync runs on a thread of its own)."""
+
+    def __init__(self, store: StoreAccess):
+        self._store = store
+        self.current: IdFilter | None = None
+        self._saving: threading.Thread | None = None
+        self._save_due = False
+
+    @property
+    def memory_bytes(self) -> int:
+        return 0 if self.current is None else self.current.memory_bytes
+
+    def ready(self) -> IdFilter:
+        if self.current is None:
+            for leftover in self._store.path.glob(f".{FILTER_FILE}.*partial"):  # a save cut short by a kill
+                leftover.unlink(missing_ok=True)
+            self.current = self._read_back()
+            if self.current is None:
+                self.current = self._build()
+        return self.current
+
+    def add(self, keys: list[bytes], seqs: np.ndarray) -> None:
+        """Tell the filter about ids just written. Should it have no room (the window outgrew it), a new one
+        is built from the store, which holds them already."""
+        id_filter = self.current
+        if id_filter is None:  # not made yet: when it is, it reads them from the store
+            return
+        cut = self._store.state().first_live_seq
+        if not (id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)):
+            self.current = None  # never left half-updated: a filter that missed an id would let a duplicate by
+            self.current = self._build()
+
+    def sealed(self) -> None:
+        """A generation was sealed: save the filter after the batch being recorded (``save_if_due``)."""
+        self._save_due = True
+
+    def save_if_due(self) -> None:
+        """Save the filter as it is now, if a generation was sealed since the last save: it then holds every id
+        below the next number. The file is written here, where the filter does not change meanwhile, then
+        synced and named in the metadata on a thread of its own (a save still syncing is not overtaken)."""
+        if not self._save_due:
+            return
+        self._save_due = False
+        if self.current is None or (self._saving is not None and self._saving.is_alive()):
+            return
+        stamp = self._new_stamp()
+        path = self._store.path / FILTER_FILE
+        try:
+            partial = filters.write_partial(self.current, path, stamp)
+        except OSError as error:
+            log.warning("could not save the id filter of %s: %s", self._store.path, error)
+            return
+
+        def run() -> None:
+            try:
+                filters.commit(partial, path)
+                self._store.name_saved(stamp.token)
+            except Exception as error:  # the last one named stays in use
+                log.warning("could not save the id filter of %s: %s", self._store.path, error)
+
+        self._saving = threading.Thread(target=run, name="save-id-filter", daemon=True)
+        self._saving.start()
+
+    def save_at_close(self) -> None:
+        """Without a filter (a store no lookup asked), a file saved earlier stays: its token still says whether
+        it can be used, brought up to date."""
+        self.wait_for_save()
+        if self.current is None:
+            return
+        stamp = self._new_stamp()
+        try:
+            filters.save(self.current, self._store.path / FILTER_FILE, stamp)
+        except OSError as error:  # the next open reads back more ids: slower, never wrong
+            log.warning("could not save the id filter of %s: %s", self._store.path, error)
+            return
+        self._store.name_saved(stamp.token)
+
+    def wait_for_save(self, timeout_s: float | None = None) -> bool:
+        """Wait until a save being synced is named; False if ``timeout_s`` ran out first."""
+        if self._saving is not None:
+            self._saving.join(timeout_s)
+            if self._saving.is_alive():
+                return False
+            self._saving = None
+        return True
+
+    def _read_back(self) -> IdFilter | None:
+        """The saved filter, if the store names its token, with the ids recorded under numbers from its stamp
+        on added (read from the newest generations); None where it cannot be used."""
+        store = self._store
+        saved = filters.load(store.path / FILTER_FILE)
+        if saved is None:
+            return None
+        id_filter, stamp = saved
+        identity, state = store.identity, store.state()
+        if (
+            stamp.token != store.saved_token()
+            or (stamp.topic, stamp.partition, stamp.created_ms)
+            != (identity.topic, identity.partition, identity.created_ms)
+            or stamp.next_seq > state.next_seq
+        ):
+            return None
+        started = time.monotonic()
+        low = max(stamp.next_seq, state.first_live_seq)
+        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
+            return None  # the window outgrew it: a larger one is built
+        added = 0
+        if low < state.next_seq:
+            for keys, seqs in store.id_chunks(low, state.next_seq):
+                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                    return None
+                added += len(keys)
+        log.info(
+            "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
+            identity.topic, identity.partition, added, time.monotonic() - started,
+        )  # fmt: skip
+        return id_filter
+
+    def _build(self) -> IdFilter:
+        """A filter of every live id, read from the store, sized for the window."""
+        store = self._store
+        started = time.monotonic()
+        state = store.state()
+        id_filter = IdFilter(math.ceil(store.window() * FILTER_SLACK / (GROUPS - 1)))
+        if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
+            raise StoreError(f"store {store.path}: a new id filter cannot hold its window (a bug)")
+        added = 0
+        for keys, seqs in store.id_chunks(state.first_live_seq, state.next_seq):
+            if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                raise StoreError(f"store {store.path}: a new id filter found no room for its ids (a bug)")
+            added += len(keys)
+        if added > LOG_BUILDS_ABOVE:
+            log.info(
+                "%s[%d]: built the id filter of %d ids in %.1f s (%.0f MiB)",
+                store.identity.topic, store.identity.partition, added, time.monotonic() - started,
+                id_filter.memory_bytes / 2**20,
+            )  # fmt: skip
+        return id_filter
+
+    def _new_stamp(self) -> FilterStamp:
+        identity = self._store.identity
+        return FilterStamp(
+            topic=identity.topic,
+            partition=identity.partition,
+            created_ms=identity.created_ms,
+            token=secrets.token_hex(8),
+            next_seq=self._store.state().next_seq,
+        )
