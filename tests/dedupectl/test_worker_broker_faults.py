@@ -139,6 +139,18 @@ def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(
     own_broker: LocalBroker, tmp_path: Path, broker_kafka_version: str
 ) -> None:
     _unless_markers_may_be_dropped(broker_kafka_version)
+    _kill_the_broker_under_a_worker(own_broker, tmp_path, between_commits=False)
+
+
+@pytest.mark.slow
+def test_a_broker_killed_between_commits_costs_a_pause_not_the_worker(own_broker: LocalBroker, tmp_path: Path) -> None:
+    """The broker kill on every Kafka line: the worker is paused around it, so no commit is ending when the
+    broker dies and Kafka 4 has no commit marker to drop (see ``_unless_markers_may_be_dropped``). It may still
+    drop the abort markers of the transaction the worker had open, which the worker then ends itself."""
+    _kill_the_broker_under_a_worker(own_broker, tmp_path, between_commits=True)
+
+
+def _kill_the_broker_under_a_worker(own_broker: LocalBroker, tmp_path: Path, *, between_commits: bool) -> None:
     pipeline = _pipeline(own_broker, tmp_path)
     records = list(generate(SampleSpec(40_000, duplicate_ratio=0.1, seed=22)))
     stop_feeding = threading.Event()
@@ -149,7 +161,12 @@ def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(
     feeder.start()
     try:
         wait_for(lambda: output_end_offsets(pipeline) > 3_000, 90, "the worker to publish")
+        if between_commits:
+            worker.send_signal(signal.SIGSTOP)
+            time.sleep(2)  # a commit the worker had asked for has its markers written by now
         _kill(own_broker)
+        if between_commits:
+            worker.send_signal(signal.SIGCONT)
         time.sleep(8)
         assert worker.poll() is None, worker.communicate()[1][-2000:]
         own_broker.start()
