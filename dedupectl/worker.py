@@ -49,7 +49,7 @@ from reconcile.broker_retry import (
 )
 from reconcile.kafka import build_client, is_authorization_error, partition_counts, permission_denied
 from reconcile.recovery import catch_up
-from reconcile.scan import OutputReader
+from reconcile.scan import OffsetBounds, OutputReader
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store import clock
 from store.aging import AgingPolicy, age_step
@@ -857,12 +857,16 @@ class Worker:
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()
-        self._await_settled_output(owned.number)
+        bounds: OffsetBounds | None = self._await_settled_output(owned.number)
+
+        def attempt():
+            nonlocal bounds
+            # the first attempt reads from the bounds the wait has just seen; a retry asks for them again
+            known, bounds = bounds, None
+            return catch_up(owned.store, self._reader, self.config.output_topic, owned.number, bounds=known)
+
         try:
-            result = self._retrying(
-                lambda: catch_up(owned.store, self._reader, self.config.output_topic, owned.number),
-                f"recovering partition {owned.number} from the output",
-            )
+            result = self._retrying(attempt, f"recovering partition {owned.number} from the output")
         except OutputGapError as refused:  # no retry or exact way on: the worker exits with the error's one line
             self.metrics.refused.labels(str(owned.number), refused.gap.kind).set(1)
             raise
@@ -880,19 +884,21 @@ class Worker:
             result.recorded,
         )
 
-    def _await_settled_output(self, partition: int) -> None:
-        """Wait until no transaction is open on the output partition before recovery reads it. One still open
-        (a former owner's, or this worker's last one while the coordinator settles it after a broker fault)
-        could commit after recovery has read up to it, and its ids would be missing from the store. The
-        coordinator ends any transaction within transaction.timeout.ms; one open much longer is hanging."""
+    def _await_settled_output(self, partition: int) -> OffsetBounds:
+        """Wait until no transaction is open on the output partition before recovery reads it; return its
+        bounds as last read. One still open (a former owner's, or this worker's last one while the coordinator
+        settles it after a broker fault) could commit after recovery has read up to it, and its ids would be
+        missing from the store. The coordinator ends any transaction within transaction.timeout.ms; one open
+        much longer is hanging."""
         topic = self.config.output_topic
         limit_s = 2 * self.config.transaction_timeout_ms / 1000 + SETTLE_MARGIN_S
         began = time.monotonic()
         delay = 0.1
         while True:
-            stable, end = self._open_span(partition)
+            bounds, end = self._open_span(partition)
+            stable = bounds.end
             if stable >= end:
-                return
+                return bounds
             waited = time.monotonic() - began
             if waited >= limit_s:
                 raise BrokerError(
@@ -906,11 +912,12 @@ class Worker:
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 
-    def _open_span(self, partition: int) -> tuple[int, int]:
-        """The output partition's last stable offset and its end: equal unless a transaction is open on it."""
+    def _open_span(self, partition: int) -> tuple[OffsetBounds, int]:
+        """The output partition's bounds (up to its last stable offset) and its end: the end equals the last
+        stable offset unless a transaction is open on it."""
         topic, reader = self.config.output_topic, self._reader
-        stable = self._retrying(lambda: reader.bounds(topic, partition).end, "reading the output's stable end")
-        return stable, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
+        bounds = self._retrying(lambda: reader.bounds(topic, partition), "reading the output's stable end")
+        return bounds, self._retrying(lambda: reader.log_end(topic, partition), "reading the output's end")
 
     def _abort_what_was_left_open(self, outputs: dict[int, int]) -> None:
         """End as aborted what an earlier producer of this worker's id left open that a broker still holds: at
@@ -930,7 +937,8 @@ class Worker:
         config, producer = self.config, self._producer
         open_outputs = []
         for number, covered in sorted(outputs.items()):
-            stable, end = self._open_span(number)
+            bounds, end = self._open_span(number)
+            stable = bounds.end
             if stable < end and stable >= covered:
                 open_outputs.append((number, stable, end))
             elif stable < end:

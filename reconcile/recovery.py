@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from reconcile.diff import ScanRange, reconcile_partition
 from reconcile.errors import OutputGapError
 from reconcile.gaps import find_gap, refusal
-from reconcile.scan import OutputReader
+from reconcile.scan import OffsetBounds, OutputReader
 from store.dedup_store import DedupStore
 
 log = logging.getLogger(__name__)
@@ -40,13 +40,16 @@ def catch_up(
     partition: int,
     *,
     progress: Callable[[int, int], None] | None = None,
+    bounds: OffsetBounds | None = None,
 ) -> CatchUpResult:
     """Read ``output_topic[partition]`` from the store's covered output offset to the end, record every id
-    the store lacks, and advance the offset. ``progress(scanned, recorded)`` after each batch.
+    the store lacks, and advance the offset. ``progress(scanned, recorded)`` after each batch. ``bounds``: the
+    partition's bounds as the caller has just read them (else they are asked of the broker).
 
     Raises an OutputGapError (noted in the store) when the output no longer holds that offset."""
     start = store.state.output_offset
-    bounds = reader.bounds(output_topic, partition)
+    if bounds is None:
+        bounds = reader.bounds(output_topic, partition)
     gap = find_gap(store, reader, output_topic, partition, bounds)
     if gap is not None:
         store.note_refused_gap(gap)

@@ -114,16 +114,43 @@ def test_a_worker_started_before_its_broker_waits_for_it(own_broker: LocalBroker
     assert check_output(pipeline.kafka, pipeline.output_topic, expected).exactly_once
 
 
+def _unless_markers_may_be_dropped(kafka_version: str) -> None:
+    """Skip on Kafka 4 unless STRESS_TESTS is set. Its coordinator drops the markers it owes a partition that has no
+    leader at that moment, taking it for a deleted one (KAFKA-20734), and a single node SIGKILLed and restarted
+    always passes through such a moment: it leads its partitions on its old registration until the controller
+    fences that. A dropped commit marker leaves a committed batch open for good, which the worker refuses
+    (exit 2, by design) instead of going on."""
+    if int(kafka_version.split(".")[0]) >= 4 and not os.environ.get("STRESS_TESTS"):
+        pytest.skip(
+            f"Kafka {kafka_version} drops the transaction markers of a briefly leaderless partition (KAFKA-20734); "
+            "set STRESS_TESTS=1 to run it anyway"
+        )
+
+
 STRESS = pytest.mark.skipif(
     not os.environ.get("STRESS_TESTS"),
-    reason="stress test (timing-dependent), set STRESS_TESTS=1: Kafka 4.4.0 SIGKILLed mid-commit can lose the markers "
-    "of a transaction it committed; the worker then refuses (exit 2, by design) instead of going on",
+    reason="stress test (random faults, two workers), set STRESS_TESTS=1; on Kafka 4 it meets dropped transaction "
+    "markers too (KAFKA-20734)",
 )
 
 
 @pytest.mark.slow
-@STRESS
-def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(own_broker: LocalBroker, tmp_path: Path) -> None:
+def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(
+    own_broker: LocalBroker, tmp_path: Path, broker_kafka_version: str
+) -> None:
+    _unless_markers_may_be_dropped(broker_kafka_version)
+    _kill_the_broker_under_a_worker(own_broker, tmp_path, between_commits=False)
+
+
+@pytest.mark.slow
+def test_a_broker_killed_between_commits_costs_a_pause_not_the_worker(own_broker: LocalBroker, tmp_path: Path) -> None:
+    """The broker kill on every Kafka line: the worker is paused around it, so no commit is ending when the
+    broker dies and Kafka 4 has no commit marker to drop (see ``_unless_markers_may_be_dropped``). It may still
+    drop the abort markers of the transaction the worker had open, which the worker then ends itself."""
+    _kill_the_broker_under_a_worker(own_broker, tmp_path, between_commits=True)
+
+
+def _kill_the_broker_under_a_worker(own_broker: LocalBroker, tmp_path: Path, *, between_commits: bool) -> None:
     pipeline = _pipeline(own_broker, tmp_path)
     records = list(generate(SampleSpec(40_000, duplicate_ratio=0.1, seed=22)))
     stop_feeding = threading.Event()
@@ -134,7 +161,12 @@ def test_a_broker_killed_mid_stream_costs_a_pause_not_the_worker(own_broker: Loc
     feeder.start()
     try:
         wait_for(lambda: output_end_offsets(pipeline) > 3_000, 90, "the worker to publish")
+        if between_commits:
+            worker.send_signal(signal.SIGSTOP)
+            time.sleep(2)  # a commit the worker had asked for has its markers written by now
         _kill(own_broker)
+        if between_commits:
+            worker.send_signal(signal.SIGCONT)
         time.sleep(8)
         assert worker.poll() is None, worker.communicate()[1][-2000:]
         own_broker.start()

@@ -40,3 +40,18 @@ def test_catch_up_builds_a_fresh_store_from_the_whole_output(make_pipeline):
         assert (result.start_offset, result.scanned, result.recorded) == (-1, 30, 30)
         assert store.state.output_offset == pipeline.end_offset()
     assert pipeline.store_ids() == published
+
+
+def test_catch_up_reads_from_the_bounds_its_caller_has_just_read(make_pipeline, monkeypatch):
+    """The worker has read the bounds while waiting for the output to settle: recovery asks for them no more."""
+    pipeline = make_pipeline()
+    published = ids("s", 20)
+    pipeline.publish(published)
+    with pipeline.open_store() as store, OutputReader(pipeline.kafka) as reader:
+        bounds = reader.bounds(pipeline.output_topic, 0)
+        asked = []
+        monkeypatch.setattr(reader, "bounds", lambda *args: asked.append(args))
+        result = catch_up(store, reader, pipeline.output_topic, 0, bounds=bounds)
+        assert asked == []
+        assert (result.scanned, result.recorded, result.end_offset) == (20, 20, pipeline.end_offset())
+    assert pipeline.store_ids() == published
