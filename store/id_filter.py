@@ -77,7 +77,7 @@ def key_hashes(keys: Sequence[bytes]) -> np.ndarray:
     if count == 0:
         return np.empty(0, np.uint64)
     width = len(keys[0])
-    if width in _FIXED_WIDTHS and all(len(key) == width for key in keys):  # a batch of one kind: the usual
+    if width in _FIXED_WIDTHS and set(map(len, keys)) == {width}:  # a batch of one kind: the usual
         return _fixed_hashes(b"".join(keys), count, width)
     hashes = np.empty(count, np.uint64)
     lengths = np.fromiter(map(len, keys), np.int64, count)
