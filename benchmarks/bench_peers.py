@@ -95,6 +95,9 @@ def _arguments() -> argparse.Namespace:
     latency = parser.add_mutually_exclusive_group()
     latency.add_argument("--no-latency", action="store_true", help="skip the latency runs")
     latency.add_argument("--latency-only", action="store_true", help="only the latency runs (no input of --count)")
+    parser.add_argument(
+        "--dedupectl-batch-max-ms", type=int, help="dedupectl's --batch-max-ms (default: dedupectl's own)"
+    )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
     parser.add_argument("--note", default="", help="a line for the results page (say, what else ran on the machine)")
     parser.add_argument("--scratch", type=Path, help="keep the broker, state and logs here (default: a temp dir)")
@@ -185,6 +188,9 @@ def main() -> None:
             broker_data_dir=broker.state_dir / "data",
             count=spec.count,
             record_size=round(value_bytes / max(spec.count, 1)),
+            dedupectl_options=("--batch-max-ms", str(args.dedupectl_batch_max_ms))
+            if args.dedupectl_batch_max_ms is not None
+            else (),
         )
         for system in [s for s in systems if s.needs_flink_env]:
             smoke = _attempt(f"{system.name}: smoke run", lambda s=system: engines.smoke(ctx, s))
@@ -233,6 +239,7 @@ def main() -> None:
             "kill_fraction": args.kill_fraction,
             "memory_from_ids": ctx.memory_from_ids,
             "record_size": ctx.record_size,
+            "dedupectl_options": list(ctx.dedupectl_options),
         },
         "clean": clean,
         "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),

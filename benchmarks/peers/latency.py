@@ -34,7 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from benchmarks.peers import paced_producer
 from benchmarks.peers.paced_producer import sent_us, stamp
 from benchmarks.peers.probes import wait_until_settled
-from benchmarks.peers.runner import Context, RunFailed, _kill_tree, _log_path, _processes, _start
+from benchmarks.peers.runner import Context, RunFailed, _kill_tree, _log_path, _parse_report, _processes, _start
 from benchmarks.peers.systems import System
 from dedupectl.kafka_clients import create_topics
 from dedupectl.sample_events import SampleSpec, generate
@@ -102,6 +102,7 @@ def latency_run(ctx: Context, system: System, load: Load) -> dict[str, Any]:
             reader.poll()
         read_by_grace = reader.records
         stopped = _stop(process, ctx.idle_seconds)
+        report = _parse_report(process.stdout.read()) if stopped == "exited" else None
         # what a last commit made readable, once no transaction is left open on the output
         settled = wait_until_settled(ctx.kafka, setup.output_topic, ctx.partitions, ctx.settle_timeout)
         reader.drain()
@@ -121,6 +122,7 @@ def latency_run(ctx: Context, system: System, load: Load) -> dict[str, Any]:
         "stopped": stopped,
         "settle_seconds": settled,
         "output_check": check,
+        "report": report,  # the system's own account, when it exited by itself (its commits among others)
         "load_average_at_end": [round(x, 2) for x in psutil.getloadavg()],
     }
 

@@ -107,16 +107,17 @@ def latency_markdown(result: dict[str, Any]) -> str:
         f"read_committed reader's poll returned it from the output.",
         "",
         "| latency run | output readable | records timed | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) "
-        "| last read after last send (s) | duplicates | losses | CPU (cores) | offered (events/s) |",
-        "|" + "---|" * 12,
+        "| last read after last send (s) | duplicates | losses | CPU (cores) | transactions/s "
+        "| offered (events/s) |",
+        "|" + "---|" * 13,
     ]
     for name, figures in result["latency"].items():
         system = SYSTEMS[name]
         if "skipped" in figures:
-            lines.append(f"| {name} | not run: {figures['skipped']} |" + " |" * 10)
+            lines.append(f"| {name} | not run: {figures['skipped']} |" + " |" * 11)
             continue
         if "error" in figures:
-            lines.append(f"| {name} | {system.commit_interval} | failed: {_one_line(figures['error'])} |" + " |" * 9)
+            lines.append(f"| {name} | {system.commit_interval} | failed: {_one_line(figures['error'])} |" + " |" * 10)
             continue
         latency, check = figures["latency_ms"], figures["output_check"]
         duplicates = f"{check['duplicated_ids']:,}" + ("" if system.dedups else " (no dedup)")
@@ -125,8 +126,12 @@ def latency_markdown(result: dict[str, Any]) -> str:
             f"| {_number(latency['p50'], ',.1f')} | {_number(latency['p90'], ',.1f')} "
             f"| {_number(latency['p99'], ',.1f')} | {_number(latency['max'], ',.1f')} "
             f"| {_number(figures['last_read_after_last_send_seconds'], '.2f')} | {duplicates} | {_losses(check)} "
-            f"| {figures['cpu_cores']:.2f} | {figures['producer']['rate']:,.0f} |"
+            f"| {figures['cpu_cores']:.2f} | {_number(_commit_rate(figures.get('report')), ',.1f')} "
+            f"| {figures['producer']['rate']:,.0f} |"
         )
+    options = result.get("settings", {}).get("dedupectl_options")
+    if options:
+        lines += ["", f"dedupectl ran with `{' '.join(options)}` (its default otherwise)."]
     lines += ["", *_latency_target(result["latency"])]
     lines += [
         "- latency: the time a read_committed consumer of the output (assigned to every partition, "
@@ -141,8 +146,17 @@ def latency_markdown(result: dict[str, Any]) -> str:
         "- duplicates / losses: ids read more than once / ids sent (load and warm-up) never read, over "
         "everything read until the system stopped (it exits when idle, or is stopped after the grace period).",
         "- CPU: the system's process tree (a Python driver's JVM included), CPU seconds over the load's seconds.",
+        "- transactions/s: the transactions the system counted itself (dedupectl, the copies, Kafka Streams' "
+        "`commitTransaction` calls) over its own busy time, warm-up included; a dash where it has no such count "
+        "or was stopped rather than exiting.",
     ]
     return "\n".join(lines)
+
+
+def _commit_rate(report: dict[str, Any] | None) -> float | None:
+    commits = (report or {}).get("transactions_committed", (report or {}).get("commits"))
+    busy = (report or {}).get("busy_seconds")
+    return commits / busy if commits and busy else None
 
 
 def _latency_target(latency: dict[str, dict[str, Any]]) -> list[str]:

@@ -31,6 +31,7 @@ class Setup:
     count: int = 0  # input records: what a perf tool produces or consumes
     record_size: int = 0  # mean input value bytes: what the producer perf tool sends
     follow: bool = False  # run past the input's end while records still arrive (the latency run)
+    dedupectl_options: tuple[str, ...] = ()  # more `dedupectl run` options (say, --batch-max-ms)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ class System:
             return [python, "-m", "dedupectl.cli.app", "run", "-b", s.bootstrap, "-i", s.input_topic,
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
-                    "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json"]  # fmt: skip
+                    "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json",
+                    *s.dedupectl_options]  # fmt: skip
         java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp"]
         if self.name.startswith("kstreams"):
             return [*java, s.jvm_classpath, "bench.peers.StreamsDedup", *io, str(s.state_dir), "--group", s.group,

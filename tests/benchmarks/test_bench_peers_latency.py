@@ -29,7 +29,9 @@ LOAD = Load(rate=200, seconds=3, grace_seconds=20, startup_timeout=60)
 @pytest.fixture(scope="module")
 def context(kafka_broker, tmp_path_factory: pytest.TempPathFactory) -> Context:
     # the latency run makes its own input topics: the context's input is not read
-    return tiny_run_context(kafka_broker, tmp_path_factory.mktemp("latency"), "latency", SampleSpec(1), process_timeout=120)
+    return tiny_run_context(
+        kafka_broker, tmp_path_factory.mktemp("latency"), "latency", SampleSpec(1), process_timeout=120
+    )
 
 
 def _assert_percentiles_ordered(latency: dict) -> None:
