@@ -1,6 +1,7 @@
 """dedupectl against the systems users would pick instead, on one broker, one data set, one machine, one run.
 
     python benchmarks/bench_peers.py [--count 1000000 | --ten-million] [--systems copy,naive,redis,quix,…]
+        [--latency-rate 10000 --latency-seconds 60 | --no-latency | --latency-only]
 
 Starts the project's local Kafka broker, produces ``--count`` Segment-like events (0.6% duplicates, 4
 partitions) once, then runs each system in its own process, one after another, each reading that input with
@@ -18,7 +19,11 @@ its own group into its own output topic (see benchmarks/peers/):
 
 Per system: throughput, duplicates and losses read back with read_committed, peak RSS, memory per retained id,
 state bytes per id, changelog bytes per id; then a crash run (SIGKILL once mid-stream, restart): duplicates,
-losses and the time from the restart to the first record published. The Quix and Redis peers run in
+losses and the time from the restart to the first record published; then a latency run (on by default;
+``--no-latency`` skips it, ``--latency-only`` runs nothing else): on a fresh input topic, a fixed offered load
+(``--latency-rate`` events/s for ``--latency-seconds``), each output record timed from its send to the moment
+a read_committed reader got it (benchmarks/peers/latency.py; not for the naive loop or Kafka's perf tools).
+The Quix and Redis peers run in
 benchmarks/.venv-peers (created on first use from benchmarks/requirements-peers.txt); Redis is Debian's
 redis-server, installed if missing (as root) and started on a free 127.0.0.1 port per run. The JVM peers are
 built with Maven at the broker's Kafka release on first use (benchmarks/peers/jvm_build.py). The Flink peer
@@ -50,7 +55,7 @@ sys.path[0] = str(ROOT)  # import `benchmarks.peers` from the checkout; this fol
 
 import confluent_kafka  # noqa: E402
 
-from benchmarks.peers import engines, env, report  # noqa: E402
+from benchmarks.peers import engines, env, latency, report  # noqa: E402
 from benchmarks.peers.jvm_build import JvmBuildFailed, jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
@@ -81,6 +86,17 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--process-timeout", type=float, default=3600.0, help="longest one process may run")
     parser.add_argument(
         "--settle-timeout", type=float, default=300.0, help="longest wait for a killed run's open transaction"
+    )
+    parser.add_argument("--latency-rate", type=float, default=10_000, help="latency run's offered load, events/s")
+    parser.add_argument("--latency-seconds", type=float, default=60.0, help="how long the latency run's load lasts")
+    parser.add_argument(
+        "--latency-grace", type=float, default=30.0, help="after the load, longest wait for a system's last ids"
+    )
+    latency = parser.add_mutually_exclusive_group()
+    latency.add_argument("--no-latency", action="store_true", help="skip the latency runs")
+    latency.add_argument("--latency-only", action="store_true", help="only the latency runs (no input of --count)")
+    parser.add_argument(
+        "--dedupectl-batch-max-ms", type=int, help="dedupectl's --batch-max-ms (default: dedupectl's own)"
     )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
     parser.add_argument("--note", default="", help="a line for the results page (say, what else ran on the machine)")
@@ -128,25 +144,28 @@ def main() -> None:
     if any(s.needs_redis for s in systems):
         redis_executable = env.find_redis_server(install=not args.no_install, log=console.print)
 
-    spec = SampleSpec(args.count, duplicate_ratio=args.duplicates, id_style=args.id_style)
+    spec = SampleSpec(0 if args.latency_only else args.count, duplicate_ratio=args.duplicates, id_style=args.id_style)
     expected, value_bytes = set(), 0
     for record in generate(spec):
         value_bytes += len(record.value)
         if record.kind == "new":
             expected.add(record.key)
     expected = frozenset(expected)
+    load = latency.Load(args.latency_rate, args.latency_seconds, args.latency_grace, args.duplicates, args.id_style)
     clean: dict[str, dict] = {}
     crash: dict[str, dict] = {}
+    latencies: dict[str, dict] = {}
     with (
         _scratch_dir(args.scratch) as scratch,
         LocalBroker(Path(scratch) / "broker") as broker,
     ):
         kafka = KafkaConfig(broker.bootstrap_servers)
         create_topics(kafka, [INPUT, f"{INPUT}.dead-letter"], PARTITIONS)
-        with console.status(f"producing {args.count:,} events"):
-            produce_started = time.monotonic()
-            produce_sample(kafka, INPUT, spec)
-        console.print(f"produced {args.count:,} events in {time.monotonic() - produce_started:.1f}s")
+        if spec.count:
+            with console.status(f"producing {args.count:,} events"):
+                produce_started = time.monotonic()
+                produce_sample(kafka, INPUT, spec)
+            console.print(f"produced {args.count:,} events in {time.monotonic() - produce_started:.1f}s")
         if redis_executable:
             with env.RedisServer(redis_executable, Path(scratch) / "redis-version") as redis:
                 versions["redis-server"] = redis.version()
@@ -167,22 +186,37 @@ def main() -> None:
             settle_timeout=args.settle_timeout,
             jvm=jvm,
             broker_data_dir=broker.state_dir / "data",
-            count=args.count,
-            record_size=round(value_bytes / max(args.count, 1)),
+            count=spec.count,
+            record_size=round(value_bytes / max(spec.count, 1)),
+            dedupectl_options=("--batch-max-ms", str(args.dedupectl_batch_max_ms))
+            if args.dedupectl_batch_max_ms is not None
+            else (),
         )
         for system in [s for s in systems if s.needs_flink_env]:
             smoke = _attempt(f"{system.name}: smoke run", lambda s=system: engines.smoke(ctx, s))
             if "error" in smoke:  # not measured: the same error stands for its runs
                 clean[system.name] = crash[system.name] = {"error": f"smoke run: {smoke['error']}"}
-        for system in [s for s in systems if s.name not in clean]:
+        measured = [s for s in systems if s.name not in clean]  # the smoke run failed for the others
+        for system in measured if not args.latency_only else []:
             clean[system.name] = _attempt(f"{system.name}: clean run", lambda s=system: clean_run(ctx, s))
-        if not args.no_crash:
+        if not args.no_crash and not args.latency_only:
             for system in [s for s in systems if s.name not in crash and not s.kafka_tool]:
                 published = clean[system.name].get("output_check", {}).get("records") or len(expected)
                 kill_at = max(int(published * args.kill_fraction), 1)
                 crash[system.name] = _attempt(
                     f"{system.name}: crash run", lambda s=system, k=kill_at: crash_run(ctx, s, k)
                 )
+        for system in systems if not args.no_latency else []:
+            if system not in measured:
+                latencies[system.name] = clean[system.name]
+            elif reason := latency.skip_reason(system):
+                latencies[system.name] = {"skipped": reason}
+            else:
+                latencies[system.name] = _attempt(
+                    f"{system.name}: latency run", lambda s=system: latency.latency_run(ctx, s, load)
+                )
+        if args.latency_only:
+            clean, crash = {}, {}
 
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result = {
@@ -192,7 +226,7 @@ def main() -> None:
         "machine": machine,
         "versions": versions,
         "workload": {
-            "count": args.count,
+            "count": spec.count,
             "duplicate_ratio": args.duplicates,
             "id_style": args.id_style,
             "partitions": PARTITIONS,
@@ -205,10 +239,20 @@ def main() -> None:
             "kill_fraction": args.kill_fraction,
             "memory_from_ids": ctx.memory_from_ids,
             "record_size": ctx.record_size,
+            "dedupectl_options": list(ctx.dedupectl_options),
         },
         "clean": clean,
         "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),
         "crash": crash,
+        "latency_load": {
+            "rate": load.rate,
+            "seconds": load.seconds,
+            "grace_seconds": load.grace_seconds,
+            "duplicate_ratio": load.duplicate_ratio,
+            "id_style": load.id_style,
+            "partitions": PARTITIONS,
+        },
+        "latency": latencies,
     }
     page = report.markdown(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)

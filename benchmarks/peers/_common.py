@@ -73,6 +73,7 @@ class Progress:
     first_consumed_at: float | None = None  # time.time(), so the harness can relate it to its own samples
     last_consumed_at: float | None = None
     last_committed_at: float | None = None
+    commits: int = 0  # transactions (or offset commits) completed: the output's pace of becoming readable
 
     def consumed_some(self, count: int) -> None:
         if not count:
@@ -84,6 +85,7 @@ class Progress:
 
     def committed(self) -> None:
         self.last_committed_at = time.time()
+        self.commits += 1
 
     @property
     def busy_seconds(self) -> float:

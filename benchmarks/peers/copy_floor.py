@@ -1,9 +1,11 @@
 """The floor: a bare transactional copy input -> output, batch by batch, no dedup.
 
 What exactly-once Kafka costs from Python before any dedup work. It stops when every input partition is
-at its end (or after ``--max-seconds``). Prints one JSON object (see ``_common.Progress``).
+at its end (or after ``--max-seconds``); with ``--idle-seconds`` it runs past the input's end (records still
+arriving: the latency run) and stops after that long without a record. Prints one JSON object (see
+``_common.Progress``).
 
-    python benchmarks/peers/copy_floor.py BOOTSTRAP INPUT OUTPUT [--group G] [--max-seconds S]
+    python benchmarks/peers/copy_floor.py BOOTSTRAP INPUT OUTPUT [--group G] [--max-seconds S] [--idle-seconds S]
 
 (Named ``copy_floor``, not ``copy``: a script's folder goes first on ``sys.path``, and a ``copy.py`` there
 would shadow the standard library's ``copy`` for every import.)
@@ -20,10 +22,12 @@ if __package__ in (None, ""):  # run as a script: import `benchmarks.peers` from
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from benchmarks.peers._common import BATCH, Progress, consumer_settings, peer_arguments, producer_settings
+from benchmarks.peers._common import BATCH, IdleClock, Progress, consumer_settings, peer_arguments, producer_settings
 
 
-def copy_loop(bootstrap: str, input_topic: str, output_topic: str, max_seconds: float, group: str = "") -> Progress:
+def copy_loop(
+    bootstrap: str, input_topic: str, output_topic: str, max_seconds: float, group: str = "", idle_seconds: float = 0
+) -> Progress:
     group = group or f"bench-copy-{output_topic}"
     consumer = Consumer(consumer_settings(bootstrap, group, **{"enable.partition.eof": True}))
     # a stable transactional.id: a restarted copy fences its killed predecessor at once
@@ -32,8 +36,11 @@ def copy_loop(bootstrap: str, input_topic: str, output_topic: str, max_seconds: 
     partitions = len(consumer.list_topics(input_topic, timeout=30).topics[input_topic].partitions)
     consumer.subscribe([input_topic])
     progress, at_end = Progress(), set()
+    idle = IdleClock(idle_seconds) if idle_seconds > 0 else None
     deadline = time.monotonic() + max_seconds
-    while len(at_end) < partitions and time.monotonic() < deadline:
+    while (idle is not None or len(at_end) < partitions) and time.monotonic() < deadline:
+        if idle is not None and idle.expired():
+            break
         records = []
         for message in consumer.consume(BATCH, 0.1):
             if message.error():
@@ -44,6 +51,8 @@ def copy_loop(bootstrap: str, input_topic: str, output_topic: str, max_seconds: 
             records.append(message)
         if not records:
             continue
+        if idle is not None:
+            idle.active()
         progress.consumed_some(len(records))
         producer.begin_transaction()
         next_offsets: dict[int, int] = {}
@@ -72,8 +81,11 @@ def main() -> None:
     parser = peer_arguments(__doc__)
     parser.add_argument("--group", default="", help="consumer group and transactional.id (default: per output)")
     parser.add_argument("--max-seconds", type=float, default=3600)
+    parser.add_argument("--idle-seconds", type=float, default=0, help="run past the input's end; stop when idle")
     args = parser.parse_args()
-    copy_loop(args.bootstrap, args.input_topic, args.output_topic, args.max_seconds, args.group).emit()
+    copy_loop(
+        args.bootstrap, args.input_topic, args.output_topic, args.max_seconds, args.group, args.idle_seconds
+    ).emit()
 
 
 if __name__ == "__main__":

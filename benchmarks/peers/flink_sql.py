@@ -16,7 +16,8 @@ default, one slot per core.
 The source is bounded at the input's end as of the start (``scan.bounded.mode = latest-offset``), so the job
 finishes by itself: its last checkpoint commits the last transaction, then the process exits. A restart
 finds the newest retained checkpoint under STATE_DIR and resumes from it (``execution.state-recovery.path``),
-as a restarted job would; the Kafka sink aborts what the killed attempt left open.
+as a restarted job would; the Kafka sink aborts what the killed attempt left open. With ``--unbounded`` the
+source follows the input (records still arriving: the latency run) and the job runs until it is stopped.
 
     python benchmarks/peers/flink_sql.py BOOTSTRAP INPUT OUTPUT STATE_DIR --connector-jar JAR [--group G]
 
@@ -131,12 +132,13 @@ def configuration(args: argparse.Namespace, state_dir: Path, restore: Path | Non
 
 def statements(args: argparse.Namespace, group: str) -> tuple[str, str, str]:
     kafka = f"'connector' = 'kafka', 'properties.bootstrap.servers' = '{args.bootstrap}'"
+    bounded = "" if args.unbounded else ", 'scan.bounded.mode' = 'latest-offset'"
     source = f"""
         CREATE TEMPORARY TABLE input (`value` BYTES, proctime AS PROCTIME()) WITH (
           {kafka}, 'topic' = '{args.input_topic}', 'format' = 'raw',
           'properties.group.id' = '{group}', 'scan.startup.mode' = 'group-offsets',
           'properties.auto.offset.reset' = 'earliest', 'properties.isolation.level' = 'read_committed',
-          'properties.session.timeout.ms' = '{SESSION_TIMEOUT_MS}', 'scan.bounded.mode' = 'latest-offset')"""
+          'properties.session.timeout.ms' = '{SESSION_TIMEOUT_MS}'{bounded})"""
     sink = f"""
         CREATE TEMPORARY TABLE output (`key` BYTES, `value` BYTES) WITH (
           {kafka}, 'topic' = '{args.output_topic}',
@@ -194,6 +196,7 @@ def main() -> None:
     parser.add_argument("--group", default="", help="consumer group and transactional-id prefix")
     parser.add_argument("--window-seconds", type=int, default=24 * 3600, help="state TTL: how long an id is kept")
     parser.add_argument("--checkpoint-ms", type=int, default=1000, help="checkpoint (and transaction) interval")
+    parser.add_argument("--unbounded", action="store_true", help="follow the input: run until stopped")
     parser.add_argument("--transaction-timeout-ms", type=int, default=60_000, help="below the broker's maximum")
     args = parser.parse_args()
     try:

@@ -19,6 +19,8 @@ def ratios(clean: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
 
 def markdown(result: dict[str, Any]) -> str:
+    if not result.get("clean") and result.get("latency"):
+        return _latency_page(result)
     workload, machine, settings = result["workload"], result["machine"], result["settings"]
     lines = [
         "# dedupectl and its peers",
@@ -30,9 +32,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"started {result['started_at']}.",
         "",
         *_validation_note(workload["count"]),
-        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB memory, "
-        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}"
-        f"{_load_at_end(machine)}.",
+        _machine_line(machine),
         "",
         *([f"Note: {result['note']}", ""] if result.get("note") else []),
         _clean_table(result),
@@ -40,6 +40,7 @@ def markdown(result: dict[str, Any]) -> str:
         *_ceiling_table(result),
         _crash_table(result),
         "",
+        *([latency_markdown(result), ""] if result.get("latency") else []),
         *_targets(result),
         "How to read it:",
         "",
@@ -67,6 +68,117 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _machine_line(machine: dict[str, Any]) -> str:
+    return (
+        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['memory_gib']} GiB memory, "
+        f"{machine['platform']}; load average at start {', '.join(map(str, machine['load_average_at_start']))}"
+        f"{_load_at_end(machine)}."
+    )
+
+
+def _latency_page(result: dict[str, Any]) -> str:
+    """A run of the latency runs alone (``--latency-only``)."""
+    return "\n".join(
+        [
+            "# dedupectl and its peers: latency at a fixed load",
+            "",
+            f"One local Kafka {result['versions'].get('kafka', '?')} broker; every system in its own process, one "
+            f"after another, in one run started {result['started_at']}.",
+            "",
+            _machine_line(result["machine"]),
+            "",
+            *([f"Note: {result['note']}", ""] if result.get("note") else []),
+            latency_markdown(result),
+            "",
+            "Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(result["versions"].items())) + ".",
+            "",
+        ]
+    )
+
+
+def latency_markdown(result: dict[str, Any]) -> str:
+    """The latency table: each system under the same fixed offered load, with what bounds its latency."""
+    load = result["latency_load"]
+    lines = [
+        f"Latency at a fixed offered load: {load['rate']:,.0f} events/s for {load['seconds']:g} s per system "
+        f"(sample events as above, on a fresh input topic each), from each record's send to the moment a "
+        f"read_committed reader's poll returned it from the output.",
+        "",
+        "| latency run | output readable | records timed | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) "
+        "| p99 past the first 10 s (ms) | last read after last send (s) | duplicates | losses | CPU (cores) "
+        "| transactions/s | offered (events/s) |",
+        "|" + "---|" * 14,
+    ]
+    for name, figures in result["latency"].items():
+        system = SYSTEMS[name]
+        if "skipped" in figures:
+            lines.append(f"| {name} | not run: {figures['skipped']} |" + " |" * 12)
+            continue
+        if "error" in figures:
+            lines.append(f"| {name} | {system.commit_interval} | failed: {_one_line(figures['error'])} |" + " |" * 11)
+            continue
+        latency, check = figures["latency_ms"], figures["output_check"]
+        duplicates = f"{check['duplicated_ids']:,}" + ("" if system.dedups else " (no dedup)")
+        lines.append(
+            f"| {name} | {system.commit_interval} | {figures['measured_records']:,} "
+            f"| {_number(latency['p50'], ',.1f')} | {_number(latency['p90'], ',.1f')} "
+            f"| {_number(latency['p99'], ',.1f')} | {_number(latency['max'], ',.1f')} "
+            f"| {_number(figures.get('latency_ms_after_first_window', {}).get('p99'), ',.1f')} "
+            f"| {_number(figures['last_read_after_last_send_seconds'], '.2f')} | {duplicates} | {_losses(check)} "
+            f"| {figures['cpu_cores']:.2f} | {_number(_commit_rate(figures.get('report')), ',.1f')} "
+            f"| {figures['producer']['rate']:,.0f} |"
+        )
+    options = result.get("settings", {}).get("dedupectl_options")
+    if options:
+        lines += ["", f"dedupectl ran with `{' '.join(options)}` (its default otherwise)."]
+    lines += ["", *_latency_target(result["latency"])]
+    lines += [
+        "- latency: the time a read_committed consumer of the output (assigned to every partition, "
+        "`fetch.wait.max.ms` 10) got the record from its poll, minus the record's send time (the paced "
+        "producer's clock, the same machine's), over the load's records; the warm-up records sent until the "
+        "system's first output (its start-up) are not timed. A duplicate dropped by a dedup stage has no output "
+        "and no latency.",
+        "- p99 past the first 10 s: the same over the records sent from the load's 11th second on, so a JVM's "
+        "warm-up (class loading, JIT compilation) under the new load is left out.",
+        "- output readable: when a system makes its output readable to read_committed consumers, which bounds "
+        "its latency from below.",
+        "- last read after last send: from the load's last record sent to the last of its records read; a few "
+        "commit intervals at most when the system kept up with the load.",
+        "- duplicates / losses: ids read more than once / ids sent (load and warm-up) never read, over "
+        "everything read until the system stopped (it exits when idle, or is stopped after the grace period).",
+        "- CPU: the system's process tree (a Python driver's JVM included), CPU seconds over the load's seconds.",
+        "- transactions/s: the transactions the system counted itself (dedupectl, the copies, Kafka Streams' "
+        "`commitTransaction` calls) over its own busy time, warm-up included; a dash where it has no such count "
+        "or was stopped rather than exiting.",
+    ]
+    return "\n".join(lines)
+
+
+def _commit_rate(report: dict[str, Any] | None) -> float | None:
+    commits = (report or {}).get("transactions_committed", (report or {}).get("commits"))
+    busy = (report or {}).get("busy_seconds")
+    return commits / busy if commits and busy else None
+
+
+def _latency_target(latency: dict[str, dict[str, Any]]) -> list[str]:
+    """dedupectl's p99 against the best of Kafka Streams' runs."""
+    ours = latency.get("dedupectl", {}).get("latency_ms", {}).get("p99")
+    theirs = {n: f["latency_ms"]["p99"] for n, f in latency.items() if n.startswith("kstreams") and "latency_ms" in f}
+    if ours is None or not theirs:
+        return []
+    best = min(theirs, key=theirs.__getitem__)
+    verdict = "yes" if ours <= theirs[best] else "no"
+
+    def past_first_window(name: str) -> float | None:
+        return latency[name].get("latency_ms_after_first_window", {}).get("p99")
+
+    ours_later, theirs_later = past_first_window("dedupectl"), past_first_window(best)
+    later = (f"; past the first 10 s: {ours_later:,.1f} ms vs {theirs_later:,.1f} ms"
+             if ours_later is not None and theirs_later is not None else "")  # fmt: skip
+    return [f"Target for dedupectl: p99 latency no worse than Kafka Streams' ({best}, its best here): {verdict} "
+            f"({ours:,.1f} ms vs {theirs[best]:,.1f} ms over the whole load{later}).", ""]  # fmt: skip
 
 
 def _load_at_end(machine: dict[str, Any]) -> str:

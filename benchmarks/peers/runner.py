@@ -59,6 +59,7 @@ class Context:
     broker_data_dir: Path | None = None  # the broker's log.dirs: changelog topics' bytes are read there
     count: int = 0  # input records
     record_size: int = 0  # mean input value bytes
+    dedupectl_options: tuple[str, ...] = ()  # more `dedupectl run` options than the benchmark's own
 
     def setup(self, system: System, role: str, redis_port: int = 0) -> Setup:
         return Setup(
@@ -76,6 +77,7 @@ class Context:
             tools_classpath=self.jvm.tools_classpath if self.jvm else "",
             count=self.count,
             record_size=self.record_size,
+            dedupectl_options=self.dedupectl_options,
         )
 
 

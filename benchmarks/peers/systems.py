@@ -30,6 +30,8 @@ class Setup:
     tools_classpath: str = ""  # Kafka's perf tools on the broker's jars
     count: int = 0  # input records: what a perf tool produces or consumes
     record_size: int = 0  # mean input value bytes: what the producer perf tool sends
+    follow: bool = False  # run past the input's end while records still arrive (the latency run)
+    dedupectl_options: tuple[str, ...] = ()  # more `dedupectl run` options (say, --batch-max-ms)
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,14 @@ class System:
     stream_threads: int = 1
     tool_properties: tuple[str, ...] = ()  # a perf tool's client settings (its --*.config file)
     needs_flink_env: bool = False  # runs in benchmarks/.venv-flink with Flink's Kafka connector (flink_env)
+    commit_interval: str = ""  # when its output becomes readable: what bounds its latency from below
 
     def command(self, s: Setup) -> list[str]:
         python = s.peers_python if self.needs_peers_env else sys.executable
         io = [s.bootstrap, s.input_topic, s.output_topic]
+        follow = ["--idle-seconds", str(s.idle_seconds)] if s.follow else []
         if self.name == "copy":
-            return [python, str(PEERS / "copy_floor.py"), *io, "--group", s.group]
+            return [python, str(PEERS / "copy_floor.py"), *io, "--group", s.group, *follow]
         if self.name == "naive":
             return [python, str(PEERS / "naive.py"), *io, str(s.state_dir), "--group", s.group,
                     "--max-seconds", str(s.naive_seconds)]  # fmt: skip
@@ -65,14 +69,15 @@ class System:
             return [python, "-m", "dedupectl.cli.app", "run", "-b", s.bootstrap, "-i", s.input_topic,
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
-                    "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json"]  # fmt: skip
+                    "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json",
+                    *s.dedupectl_options]  # fmt: skip
         java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp"]
         if self.name.startswith("kstreams"):
             return [*java, s.jvm_classpath, "bench.peers.StreamsDedup", *io, str(s.state_dir), "--group", s.group,
                     "--threads", str(self.stream_threads), "--window-seconds", str(s.window_seconds),
                     "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
         if self.name == "java-copy":
-            return [*java, s.jvm_classpath, "bench.peers.TransactionalCopy", *io, "--group", s.group]
+            return [*java, s.jvm_classpath, "bench.peers.TransactionalCopy", *io, "--group", s.group, *follow]
         config = str(s.state_dir / "tool.properties")  # written by the runner from tool_properties
         if self.name == "producer-perf":
             return ["java", "-cp", s.tools_classpath, "org.apache.kafka.tools.ProducerPerformance",
@@ -89,13 +94,23 @@ class System:
         if self.name == "flink":
             return [str(flink_env.PYTHON), str(PEERS / "flink_sql.py"), *io, str(s.state_dir), "--group", s.group,
                     "--window-seconds", str(s.window_seconds),
-                    "--connector-jar", str(flink_env.connector_jar())]  # fmt: skip
+                    "--connector-jar", str(flink_env.connector_jar()),
+                    *(["--unbounded"] if s.follow else [])]  # fmt: skip
         raise ValueError(self.name)
 
 
 _KSTREAMS = "Kafka Streams exactly_once_v2, RocksDB store + changelog"
+_KSTREAMS_COMMIT = "a transaction every 100 ms (commit.interval.ms, the exactly-once default)"
 _JVM_SYSTEMS = (
-    System("kstreams", f"{_KSTREAMS}, 1 thread", dedups=True, finishes=True, stateful_on_disk=True, needs_jvm=True),
+    System(
+        "kstreams",
+        f"{_KSTREAMS}, 1 thread",
+        dedups=True,
+        finishes=True,
+        stateful_on_disk=True,
+        needs_jvm=True,
+        commit_interval=_KSTREAMS_COMMIT,
+    ),
     System(
         "kstreams-2t",
         f"{_KSTREAMS}, 2 threads",
@@ -104,6 +119,7 @@ _JVM_SYSTEMS = (
         stateful_on_disk=True,
         needs_jvm=True,
         stream_threads=2,
+        commit_interval=f"{_KSTREAMS_COMMIT}, per thread",
     ),
     System(
         "java-copy",
@@ -112,6 +128,7 @@ _JVM_SYSTEMS = (
         finishes=True,
         stateful_on_disk=False,
         needs_jvm=True,
+        commit_interval="a transaction per poll (returns with the records fetched, up to 20,000)",
     ),
     # the ceiling: Kafka's own perf tools, same client batching as the Java copy, the input's mean record size
     System(
@@ -139,8 +156,22 @@ _JVM_SYSTEMS = (
 SYSTEMS: dict[str, System] = {
     system.name: system
     for system in (
-        System("copy", "exactly-once copy, no dedup (floor)", dedups=False, finishes=True, stateful_on_disk=False),
-        System("naive", "exactly-once, 1 txn/message", dedups=True, finishes=False, stateful_on_disk=True),
+        System(
+            "copy",
+            "exactly-once copy, no dedup (floor)",
+            dedups=False,
+            finishes=True,
+            stateful_on_disk=False,
+            commit_interval="a transaction per consume() call (up to 20,000 records or 100 ms)",
+        ),
+        System(
+            "naive",
+            "exactly-once, 1 txn/message",
+            dedups=True,
+            finishes=False,
+            stateful_on_disk=True,
+            commit_interval="a transaction per record",
+        ),
         System(
             "redis",
             "at-least-once + Redis SET NX EX",
@@ -149,6 +180,7 @@ SYSTEMS: dict[str, System] = {
             stateful_on_disk=False,
             needs_peers_env=True,
             needs_redis=True,
+            commit_interval="no transaction: records readable once acknowledged; offsets per batch (100 ms)",
         ),
         System(
             "quix",
@@ -157,6 +189,7 @@ SYSTEMS: dict[str, System] = {
             finishes=True,
             stateful_on_disk=True,
             needs_peers_env=True,
+            commit_interval="a transaction per checkpoint, every 5 s (commit_interval)",
         ),
         System(
             "spark",
@@ -164,6 +197,7 @@ SYSTEMS: dict[str, System] = {
             dedups=True,
             finishes=True,
             stateful_on_disk=True,
+            commit_interval="no transaction: records readable once written; a micro-batch as soon as the last ends",
         ),
         System(
             "flink",
@@ -172,8 +206,16 @@ SYSTEMS: dict[str, System] = {
             finishes=True,
             stateful_on_disk=True,
             needs_flink_env=True,
+            commit_interval="a transaction per checkpoint, every 1 s",
         ),
-        System("dedupectl", "exactly-once, RocksDB store", dedups=True, finishes=True, stateful_on_disk=True),
+        System(
+            "dedupectl",
+            "exactly-once, RocksDB store",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+            commit_interval="a transaction per batch (up to 20,000 records or 100 ms: batch_max_ms)",
+        ),
         *_JVM_SYSTEMS,
     )
 }

@@ -17,6 +17,7 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class Progress {
     private final AtomicLong consumed = new AtomicLong();
     private final AtomicLong published = new AtomicLong();
+    private final AtomicLong commits = new AtomicLong();
     private final AtomicLong firstConsumedMicros = new AtomicLong(-1);
     private volatile long lastConsumedMicros = -1;
     private volatile long lastCommittedMicros = -1;
@@ -42,6 +43,7 @@ public final class Progress {
 
     public void committed() {
         lastCommittedMicros = nowMicros();
+        commits.incrementAndGet();
     }
 
     /** Seconds since the last record was consumed, or -1 before the first one. */
@@ -60,6 +62,7 @@ public final class Progress {
         report.put("first_consumed_at", seconds(first));
         report.put("last_consumed_at", seconds(lastConsumedMicros));
         report.put("last_committed_at", seconds(lastCommitted));
+        report.put("commits", commits.get());
         report.put("busy_seconds", Math.round(busy * 1000) / 1000.0);
         report.put("peak_rss_mb", peakRssMb());
         report.putAll(extra);

@@ -21,9 +21,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
  * The Java floor: a bare transactional copy input -> output, batch by batch, no dedup: consume a batch, produce
  * it, send the input offsets, commit. The same batch and transaction size as dedupectl's defaults (up to 20,000
  * records per poll, one transaction per poll), the same partition out as in, a stable transactional.id (the
- * group) so a restarted copy fences its killed predecessor. Stops when every input partition is at its end.
+ * group) so a restarted copy fences its killed predecessor. Stops when every input partition is at its end;
+ * with {@code --idle-seconds} it runs past the input's end (records still arriving: the latency run) and stops
+ * after that long without a record.
  *
- * <pre>java -cp ... bench.peers.TransactionalCopy BOOTSTRAP INPUT OUTPUT [--group G] [--max-seconds S]</pre>
+ * <pre>java -cp ... bench.peers.TransactionalCopy BOOTSTRAP INPUT OUTPUT [--group G] [--max-seconds S]
+ *     [--idle-seconds S]</pre>
  */
 public final class TransactionalCopy {
     static final int BATCH = 20_000; // dedupectl's batch_max_messages; benchmarks/peers/_common.py BATCH
@@ -33,6 +36,10 @@ public final class TransactionalCopy {
         String bootstrap = args.positional.get(0), input = args.positional.get(1), output = args.positional.get(2);
         String group = args.get("group", "bench-java-copy-" + output);
         long deadline = System.nanoTime() + (long) (args.number("max-seconds", 3600) * 1e9);
+        double idleSeconds = args.number("idle-seconds", 0);
+        // joining the group takes a while: the first record gets longer, as in StreamsDedup
+        double startupSeconds = 2.0 * 10_000 / 1000 + idleSeconds;
+        long started = System.nanoTime();
 
         Properties consumerProps = new Properties();
         consumerProps.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
@@ -60,7 +67,12 @@ public final class TransactionalCopy {
             while (System.nanoTime() < deadline) {
                 ConsumerRecords<byte[], byte[]> records = consumer.poll(Duration.ofMillis(100));
                 if (records.isEmpty()) {
-                    if (atEnd(consumer, partitions)) {
+                    if (idleSeconds > 0) {
+                        double idle = progress.secondsSinceLastConsumed();
+                        if (idle < 0 ? (System.nanoTime() - started) / 1e9 > startupSeconds : idle > idleSeconds) {
+                            break;
+                        }
+                    } else if (atEnd(consumer, partitions)) {
                         break;
                     }
                     continue;
