@@ -155,12 +155,9 @@ class FilterKeeper:
         low = max(stamp.next_seq, state.first_live_seq)
         if not id_filter.claim(low, state.next_seq, state.first_live_seq):
             return None  # the window outgrew it: a larger one is built
-        added = 0
-        if low < state.next_seq:
-            for keys, seqs in store.id_chunks(low, state.next_seq):
-                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
-                    return None
-                added += len(keys)
+        added = self._add_from_store(id_filter, low, state.next_seq)
+        if added is None:
+            return None
         log.info(
             "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
             identity.topic, identity.partition, added, time.monotonic() - started,
@@ -175,11 +172,9 @@ class FilterKeeper:
         id_filter = IdFilter(math.ceil(store.window() * FILTER_SLACK / (GROUPS - 1)))
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {store.path}: a new id filter cannot hold its window (a bug)")
-        added = 0
-        for keys, seqs in store.id_chunks(state.first_live_seq, state.next_seq):
-            if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
-                raise StoreError(f"store {store.path}: a new id filter found no room for its ids (a bug)")
-            added += len(keys)
+        added = self._add_from_store(id_filter, state.first_live_seq, state.next_seq)
+        if added is None:
+            raise StoreError(f"store {store.path}: a new id filter found no room for its ids (a bug)")
         if added > LOG_BUILDS_ABOVE:
             log.info(
                 "%s[%d]: built the id filter of %d ids in %.1f s (%.0f MiB)",
@@ -187,6 +182,17 @@ class FilterKeeper:
                 id_filter.memory_bytes / 2**20,
             )  # fmt: skip
         return id_filter
+
+    def _add_from_store(self, id_filter: IdFilter, low: int, high: int) -> int | None:
+        """Add the ids the store holds under numbers ``low`` to ``high - 1``; how many, or None when one found
+        no room (the filter may then have lost an entry)."""
+        added = 0
+        if low < high:
+            for keys, seqs in self._store.id_chunks(low, high):
+                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                    return None
+                added += len(keys)
+        return added
 
     def _new_stamp(self) -> FilterStamp:
         identity = self._store.identity
