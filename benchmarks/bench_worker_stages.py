@@ -10,8 +10,10 @@ process) and the worker run in this process with a wall-clock timer around each 
 - plan: the ids parsed from the values (``extract_ids``), packed (``encode_ids``), asked of the store
   (``DedupStore.contains_keys``: the id filter, then RocksDB), and the rest of the plan (in-batch repeats);
 - transaction: ``produce`` of every record into librdkafka's queue, the wait for the offsets sent to the
-  group coordinator (sent on a thread while producing), the commit (librdkafka delivers what is queued, then
-  the broker commits), and the rest (begin, bookkeeping);
+  group coordinator (sent on a thread while producing), and the rest (begin, bookkeeping);
+- the wait for the commit: the commit runs on a thread of its own while the next batch is collected and
+  planned (librdkafka delivers what is queued, then the broker commits); this is what is left of it when
+  the worker needs its outcome;
 - the store write (``DedupStore.record``, the id filter's insert included), aging, recovery (a partition's
   first batch), and the rest of the batch (grouping by partition, bookkeeping).
 
@@ -23,6 +25,7 @@ share of the busy time (median run), and the worker's rate against the copy's.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
@@ -54,14 +57,15 @@ PARTITIONS = 4
 TIMED = [
     ("collect", worker_module.Worker, "_collect"),
     ("batch", worker_module.Worker, "_process"),
+    ("batch", worker_module.Worker, "_finish_in_flight"),  # the last batch's settle and store write, when idle
     ("plan", worker_module.Worker, "_plan"),
     ("plan: parse ids", worker_module, "extract_ids"),
     ("plan: pack ids", worker_module, "encode_ids"),
     ("plan: store lookups", DedupStore, "contains_keys"),
-    ("transaction", worker_module.Worker, "_transact"),
+    ("transaction", worker_module.Worker, "_publish"),
     ("transaction: produce", worker_module.Worker, "_produce_batch"),
     ("transaction: wait for offsets", worker_module.Worker, "_offsets_outcome"),
-    ("transaction: commit", worker_module.Worker, "_commit"),
+    ("wait for the commit", worker_module.Worker, "_settle"),
     ("store write", DedupStore, "record"),
     ("aging", worker_module.Worker, "_age"),
     ("recovery", worker_module.Worker, "_recover"),
@@ -75,7 +79,7 @@ PARENT = {
     "transaction": "batch",
     "transaction: produce": "transaction",
     "transaction: wait for offsets": "transaction",
-    "transaction: commit": "transaction",
+    "wait for the commit": "batch",
     "store write": "batch",
     "aging": "batch",
     "recovery": "batch",
@@ -90,14 +94,26 @@ class StageTimers:
         self._originals: list[tuple[object, str, object]] = []
         self._thread = threading.get_ident()
         self.last_batch_end: float | None = None
+        self.collections: dict[int, int] = defaultdict(int)  # by generation
+        self._collection_began = 0.0
+
+    def _time_collection(self, phase: str, info: dict) -> None:
+        """Python's cyclic garbage collector, across every stage (it runs inside whichever allocates)."""
+        if phase == "start":
+            self._collection_began = time.perf_counter()
+            return
+        self.seconds["garbage collector"] += time.perf_counter() - self._collection_began
+        self.collections[info["generation"]] += 1
 
     def install(self) -> None:
+        gc.callbacks.append(self._time_collection)
         for stage, owner, attribute in TIMED:
             original = getattr(owner, attribute)
             self._originals.append((owner, attribute, original))
             setattr(owner, attribute, self._timed(stage, original))
 
     def remove(self) -> None:
+        gc.callbacks.remove(self._time_collection)
         for owner, attribute, original in reversed(self._originals):
             setattr(owner, attribute, original)
         self._originals.clear()
@@ -111,11 +127,13 @@ class StageTimers:
             # the busy time starts when the first collect returns and ends at the last commit: a collect before
             # it, or one that found nothing (the idle end), is outside it
             counted = stage != "collect" or args[0].summary.first_consumed_at is not None
+            # an idle loop's finish with no batch committing is not a batch
+            counted = counted and (call.__name__ != "_finish_in_flight" or args[0]._in_flight is not None)
             started = time.perf_counter()
             result = call(*args, **kwargs)
             if counted and (stage != "collect" or result):
                 seconds[stage] += time.perf_counter() - started
-            if stage == "batch":
+            if stage == "batch" and counted:
                 self.last_batch_end = time.monotonic()
             return result
 
@@ -147,6 +165,7 @@ def worker_run(kafka: KafkaConfig, data_dir: Path, output: str, name: str) -> di
         # the stages' window: to the end of the last batch, whose store write comes after its commit
         "timed_seconds": timers.last_batch_end - summary.first_consumed_at,
         "stages": dict(timers.seconds),
+        "collections": dict(timers.collections),
     }
 
 
@@ -214,6 +233,13 @@ def main() -> None:
     for stage, seconds in rows_of(worker):
         table.add_row(stage, f"{seconds:.2f}", f"{seconds / worker['timed_seconds']:.1%}")
     table.add_row("first record consumed to the end of the last batch", f"{worker['timed_seconds']:.2f}", "100%")
+    collector = worker["stages"].get("garbage collector", 0.0)
+    runs = ", ".join(f"{count:,} of generation {gen}" for gen, count in sorted(worker["collections"].items()))
+    table.add_row(
+        f"of all the above: Python's garbage collector ({runs})",
+        f"{collector:.2f}",
+        f"{collector / worker['timed_seconds']:.1%}",
+    )
     console.print(table)
     rates = ", ".join(f"{run['messages_per_second']:,.0f}" for run in workers)
     copy_rates = ", ".join(f"{run['messages_per_second']:,.0f}" for run in copies)

@@ -4,6 +4,8 @@ with the input offsets, then record the published ids in the partition's store.
 Why this is exactly-once (docs/guide.md, "Why a crash at any point neither duplicates nor loses"):
 - the transaction makes publishing and advancing the input offset one atomic step, and fences zombies;
 - the store is written only after the commit, so it may lag the output but never lead it;
+- the next batch is collected and planned while a batch commits, its ids counted as held; it is published only
+  once that commit succeeded, and dropped with it (both read again) if it failed;
 - before a partition's first batch after any assignment, recovery reads the output partition from the
   store's covered output offset to its end (read_committed) and records what the store lacks. It first waits
   until no transaction is open on that output partition (its last stable offset at its end): a stable
@@ -27,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import suppress
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import itemgetter, not_
+from operator import itemgetter, not_, or_
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -102,6 +104,27 @@ class _Plan:
 
 
 @dataclass
+class _InFlight:
+    """A batch published and committing on a thread of its own while the next batch is collected and planned.
+    Its ids count as held for that next plan; they are recorded once the commit is known to have succeeded."""
+
+    plans: list[_Plan]
+    seen: dict[int, frozenset[bytes]]  # store keys per partition
+    spans: dict[int, tuple[int, int]]  # each partition's first and last output offset, filled by delivery
+    denied: list[str]  # topics the authorizer refused a record of
+    committed: Future  # of _CommitDone
+    planned_at: float  # perf_counter when the batch's plan began
+    busy_s: float = 0.0  # plan to commit, once settled
+
+
+@dataclass(frozen=True)
+class _CommitDone:
+    perf: float  # time.perf_counter()
+    monotonic: float
+    wall_ms: int  # clock.now_ms()
+
+
+@dataclass
 class RunSummary:
     consumed: int = 0
     published: int = 0
@@ -171,6 +194,8 @@ class Worker:
         self._transaction_began = 0.0
         self._client_restarts: list[float] = []
         self._commit_requested = False  # whether the transaction in hand has asked its coordinator to commit
+        self._in_flight: _InFlight | None = None  # the batch committing while the next one is collected
+        self._rewinds = 0  # seeks back to the committed offsets so far: a batch collected across one is void
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -242,14 +267,17 @@ class Worker:
     ) -> None:
         started = last_report = last_release = last_maintenance = time.monotonic()
         while not stop.is_set():
-            batch = self._collect(self._consumer)
+            try:
+                batch = self._collect(self._consumer)
+                if batch:
+                    self._process(batch)
+                else:  # no input: the batch committing is recorded now, not with the next one
+                    self._finish_in_flight()
+            except _ClientsLost as lost:
+                self._restart_clients(lost)
+                continue
             now = time.monotonic()
             if batch:
-                try:
-                    self._process(batch)
-                except _ClientsLost as lost:
-                    self._restart_clients(lost)
-                    continue
                 self._idle_since = now
             elif exit_on_idle_s is not None and self._idle_for(now, started) >= exit_on_idle_s:
                 break
@@ -263,6 +291,10 @@ class Worker:
             if on_progress is not None and now - last_report >= 1.0:
                 on_progress(self.summary)
                 last_report = now
+        try:
+            self._finish_in_flight()
+        except _ClientsLost as lost:  # stopping: the next start's recovery settles it, as after a crash
+            log.warning("the last transaction's outcome is unknown (%s): the next start recovers it", lost)
 
     def _start_producer(self) -> Producer:
         """A transactional producer, its transactions initialised: this fences any earlier instance of this
@@ -359,6 +391,10 @@ class Worker:
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)
         self._closing = True
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:  # the run failed with a batch committing: the next start's recovery records it
+            with suppress(Exception):
+                in_flight.committed.exception(timeout=self.config.kafka.timeout_s)
         if self._consumer is not None:
             try:
                 self._consumer.close()
@@ -397,6 +433,8 @@ class Worker:
         self._write_status()
 
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        if not self._closing:  # the batch committing is recorded in the stores about to close (or aborted)
+            self._finish_in_flight()
         for tp in partitions:
             owned = self._partitions.pop(tp.partition, None)
             if owned is not None:
@@ -429,6 +467,7 @@ class Worker:
         deadline = time.monotonic() + config.batch_max_ms / 1000
         batch: list[Message] = []
         size = 0
+        rewinds = self._rewinds
         while len(batch) < config.batch_max_messages and size < config.batch_max_bytes:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -440,6 +479,11 @@ class Worker:
             size += sum(map(len, filter(None, map(Message.value, records))))
             if len(got) < wanted:
                 break
+        if self._rewinds != rewinds:
+            # a rebalance settled the batch committing and it was aborted: what this one holds may lie past
+            # records the rewind reads again, so it goes, and the consumer reads from the committed offsets
+            self._rewind()
+            return []
         if batch and self.summary.first_consumed_at is None:
             self.summary.first_consumed_at = time.monotonic()
         return batch
@@ -465,29 +509,57 @@ class Worker:
         return records
 
     def _process(self, batch: list[Message]) -> None:
-        started = time.perf_counter()
+        """Plan this batch while the one before commits, then publish it and record the one before.
+
+        The batch committing (``_in_flight``) is not in the stores yet: its ids count as held for this plan.
+        Only once its commit is known to have succeeded is this batch published, and only then is the one
+        before recorded, while this one commits. An aborted commit voids this batch too: the rewind reads both
+        again from the committed offsets."""
+        planned_at = time.perf_counter()
         by_partition: dict[int, list[Message]] = defaultdict(list)
         for message in batch:
             by_partition[message.partition()].append(message)
+        # a partition revoked while the batch filled is left out: its next owner reads it from the committed offset
+        owned_now = [owned for number in by_partition if (owned := self._partitions.get(number)) is not None]
+        if not all(owned.recovered for owned in owned_now) and not self._finish_in_flight():
+            return  # recovery waits until no transaction is open on the output, this worker's own included
+        committed = self._in_flight
+        seen = committed.seen if committed is not None else {}
         plans = []
-        for number, messages in by_partition.items():
-            owned = self._partitions.get(number)
-            if owned is None:  # revoked while the batch filled: its next owner reads it from the committed offset
-                continue
+        for owned in owned_now:
             if not owned.recovered:
                 self._recover(owned)
-            plans.append(self._plan(owned, messages))
-        if not plans:
+            plans.append(self._plan(owned, by_partition[owned.number], seen.get(owned.number)))
+        self._in_flight = None
+        if committed is not None and not self._settle(committed):
             return
-        output_offsets = self._transact(plans)
-        if output_offsets is None:
-            return
-        self._crashpoint("after-commit")
-        self._observe_latency(plans)
-        for plan in plans:
-            store = self._partitions[plan.partition].store
-            span = output_offsets.get(plan.partition)
-            state = store.record(
+        try:
+            if plans:
+                self._in_flight = self._publish(plans, planned_at)
+        finally:
+            if committed is not None:
+                self._record(committed)
+
+    def _finish_in_flight(self) -> bool:
+        """Settle and record the batch committing, if any; False when its commit failed and it was aborted (the
+        consumer is then rewound to the committed offsets)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return True
+        if not self._settle(in_flight):
+            return False
+        self._record(in_flight)
+        return True
+
+    def _record(self, in_flight: _InFlight) -> None:
+        """Record a committed batch's ids in the stores of its partitions, then age them."""
+        recording = time.perf_counter()
+        for plan in in_flight.plans:
+            owned = self._partitions.get(plan.partition)
+            if owned is None:  # revoked meanwhile (its ids were recorded then): never reached, but never wrong
+                continue
+            span = in_flight.spans.get(plan.partition)
+            state = owned.store.record(
                 plan.ids,
                 plan.timestamps_ms,
                 keys=plan.keys,
@@ -496,16 +568,16 @@ class Worker:
                 output_offsets=self._published_at(plan, span),
             )
             self._account(plan, state.next_seq - state.first_live_seq)
-            self._age(plan.partition, store)
+            self._age(plan.partition, owned.store)
         self._crashpoint("after-record")
         self.summary.batches += 1
-        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        # the batch's own time: plan to commit, and its store write (not the next batch's collect between)
+        self.metrics.batch_seconds.observe(in_flight.busy_s + time.perf_counter() - recording)
 
-    def _observe_latency(self, plans: list[_Plan]) -> None:
-        now_ms = clock.now_ms()
+    def _observe_latency(self, plans: list[_Plan], committed_ms: int) -> None:
         for plan in plans:
             if plan.timestamps_ms:
-                self.metrics.latency.observe(max(now_ms - min(plan.timestamps_ms), 0) / 1000)
+                self.metrics.latency.observe(max(committed_ms - min(plan.timestamps_ms), 0) / 1000)
 
     @staticmethod
     def _published_at(plan: _Plan, span: tuple[int, int] | None) -> range | None:
@@ -522,7 +594,8 @@ class Worker:
             return None
         return range(span[0], span[1] + 1)
 
-    def _plan(self, owned: _Partition, messages: list[Message]) -> _Plan:
+    def _plan(self, owned: _Partition, messages: list[Message], seen: frozenset[bytes] | None = None) -> _Plan:
+        """``seen``: the store keys of the batch committing, held as if recorded."""
         keys = list(map(Message.key, messages))
         values = list(map(Message.value, messages))
         ids, dead = extract_ids(keys, values, self.config.value_format, self.config.id_field)
@@ -533,7 +606,10 @@ class Worker:
         positions = sorted(first_at.values())
         candidates = list(map(ids.__getitem__, positions))
         store_keys = encode_ids(candidates)
-        absent = list(map(not_, owned.store.contains_keys(store_keys)))
+        held = owned.store.contains_keys(store_keys)
+        if seen:
+            held = list(map(or_, held, map(seen.__contains__, store_keys)))
+        absent = list(map(not_, held))
         positions = list(compress(positions, absent))
         records = list(map(messages.__getitem__, positions))
         timestamps = list(map(itemgetter(1), map(Message.timestamp, records)))
@@ -554,12 +630,12 @@ class Worker:
             next_input_offset=max(map(Message.offset, messages)) + 1,
         )
 
-    def _transact(self, plans: list[_Plan]) -> dict[int, tuple[int, int]] | None:
-        """Publish and commit the batch; the output offsets of each partition's first and last record, or None
-        when the transaction was aborted (the batch is then re-read from the committed offsets)."""
+    def _publish(self, plans: list[_Plan], planned_at: float) -> _InFlight | None:
+        """Begin a transaction, produce the batch and send its input offsets, then commit on a thread of its own;
+        None when the transaction was aborted (the batch is then read again from the committed offsets)."""
         config, producer = self.config, self._producer
         spans: dict[int, tuple[int, int]] = {}
-        denied: list[str] = []  # topics the authorizer refused a record of
+        denied: list[str] = []
 
         def note_denied(error, message) -> None:
             if error is not None and is_authorization_error(error):
@@ -584,6 +660,7 @@ class Worker:
                 offsets,
                 self._consumer.consumer_group_metadata(),
                 config.kafka.timeout_s,
+                name="send-offsets",
             )
             try:
                 self._produce_batch(plans, remember, note_denied)
@@ -592,26 +669,49 @@ class Worker:
                 sent_error = self._offsets_outcome(offsets_sent)  # nothing else may touch the transaction meanwhile
             if sent_error is not None:
                 raise sent_error
-            self._commit_requested = True
-            self._commit()
         except KafkaException as error:
-            kafka_error = error.args[0]
-            if denied or is_authorization_error(kafka_error):
-                with suppress(KafkaException):  # nothing of it may become visible; a fatal producer cannot abort
-                    producer.abort_transaction(config.kafka.timeout_s)
-                raise self._denied(kafka_error, denied[0] if denied else config.output_topic) from error
-            if kafka_error.fatal():
-                raise self._fatal_producer_error(error) from error
-            if not kafka_error.txn_requires_abort() and not is_transient(error):
-                raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
-            log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
-            self._abort_and_rewind()
+            self._transaction_failed(error, denied)
             return None
+        self._commit_requested = True
+        return _InFlight(
+            plans=plans,
+            seen={plan.partition: frozenset(plan.keys) for plan in plans},
+            spans=spans,
+            denied=denied,
+            committed=_in_background(self._commit, name="commit"),
+            planned_at=planned_at,
+        )
+
+    def _settle(self, in_flight: _InFlight) -> bool:
+        """Wait for a batch's commit; False when it failed and was aborted (the consumer is then rewound)."""
+        try:
+            done: _CommitDone = in_flight.committed.result()
+        except KafkaException as error:
+            self._transaction_failed(error, in_flight.denied)
+            return False
+        in_flight.busy_s = done.perf - in_flight.planned_at
         self.summary.commits += 1
-        self.summary.last_committed_at = time.monotonic()
-        self.metrics.last_commit.set(time.time())
+        self.summary.last_committed_at = done.monotonic
+        self.metrics.last_commit.set(done.wall_ms / 1000)
         self.metrics.transactions.labels("committed").inc()
-        return spans
+        self._crashpoint("after-commit")
+        self._observe_latency(in_flight.plans, done.wall_ms)
+        return True
+
+    def _transaction_failed(self, error: KafkaException, denied: list[str]) -> None:
+        """Abort the failed transaction and rewind the consumer, or raise what ends the run or restarts the
+        clients."""
+        config, kafka_error = self.config, error.args[0]
+        if denied or is_authorization_error(kafka_error):
+            with suppress(KafkaException):  # nothing of it may become visible; a fatal producer cannot abort
+                self._producer.abort_transaction(config.kafka.timeout_s)
+            raise self._denied(kafka_error, denied[0] if denied else config.output_topic) from error
+        if kafka_error.fatal():
+            raise self._fatal_producer_error(error) from error
+        if not kafka_error.txn_requires_abort() and not is_transient(error):
+            raise BrokerError(f"transaction failed: {kafka_error.str()}") from error
+        log.warning("transaction aborted (%s): re-reading the batch", kafka_error.str())
+        self._abort_and_rewind()
 
     def _offsets_outcome(self, offsets_sent: Future) -> BaseException | None:
         """What sending the offsets raised, waiting past its own timeout for a bounded time: after a broker
@@ -678,13 +778,14 @@ class Worker:
             except BufferError:  # local queue full: let librdkafka deliver some, then retry
                 self._producer.poll(0.05)
 
-    def _commit(self) -> None:
+    def _commit(self) -> _CommitDone:
         # a commit that timed out resumes when called again; one that needs an abort is the caller's
         self._retrying(
             lambda: self._producer.commit_transaction(self.config.kafka.timeout_s),
             "committing the transaction",
             transient=lambda error: is_transient(error) and not error.args[0].txn_requires_abort(),
         )
+        return _CommitDone(perf=time.perf_counter(), monotonic=time.monotonic(), wall_ms=clock.now_ms())
 
     def _abort_and_rewind(self) -> None:
         timeout_s = self.config.kafka.timeout_s
@@ -706,6 +807,7 @@ class Worker:
             # the group may need this consumer to poll before it answers (a rebalance after a broker restart)
             sleep=self._poll_dropping,
         )
+        self._rewinds += 1
         for tp in committed:
             if tp.partition in self._partitions:
                 tp.offset = tp.offset if tp.offset >= 0 else 0
@@ -781,6 +883,7 @@ class Worker:
             "from the output before its next batch",
             lost,
         )
+        self._in_flight = None  # the failed producer's last transaction is settled by its successor
         covered = {number: owned.store.state for number, owned in self._partitions.items()}
         self._discard_producer(touch=not lost.hung)
         self._leave_group()
@@ -1055,7 +1158,7 @@ class Worker:
         metrics.store_keys.labels(label).set(store_keys)
 
 
-def _in_background(call: Callable, *args: object) -> Future:
+def _in_background(call: Callable, *args: object, name: str) -> Future:
     """``call(*args)`` on a daemon thread of its own: one that never returns (librdkafka can block for good
     after a broker fault) is left behind and does not hold the process at exit, as an executor's would."""
     future: Future = Future()
@@ -1066,7 +1169,7 @@ def _in_background(call: Callable, *args: object) -> Future:
         except BaseException as error:  # handed to the caller, who decides
             future.set_exception(error)
 
-    threading.Thread(target=run, name="send-offsets", daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=True).start()
     return future
 
 

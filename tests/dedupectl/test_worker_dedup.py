@@ -74,6 +74,18 @@ def test_repeats_across_batches_are_dropped(make_pipeline):
     assert numbers_by_id(read_all(pipeline, pipeline.output_topic)) == {f"id-{n}".encode(): [n] for n in range(7)}
 
 
+def test_a_repeat_in_the_batch_after_its_first_is_dropped_while_that_one_commits(make_pipeline):
+    # one record per batch: each repeat is planned while the batch holding its first occurrence commits, before
+    # that batch is in the store
+    pipeline = make_pipeline(partitions=1)
+    ids = ["a", "a", "b", "b", "a", "c", "b", "c"]
+    pipeline.produce((i.encode(), event(i, n)) for n, i in enumerate(ids))
+    summary = pipeline.run_worker(pipeline.config(batch_max_messages=1))
+    assert summary.batches == summary.commits == 8
+    assert (summary.consumed, summary.published, summary.duplicates) == (8, 3, 5)
+    assert numbers_by_id(read_all(pipeline, pipeline.output_topic)) == {b"a": [0], b"b": [2], b"c": [5]}
+
+
 def test_repeats_across_restarts_are_dropped(make_pipeline):
     pipeline = make_pipeline(partitions=2)
     pipeline.produce([(b"a", event("a", 0)), (b"b", event("b", 1))])
