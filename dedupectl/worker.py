@@ -16,6 +16,7 @@ A crash anywhere therefore costs at most a re-read; it never publishes an id twi
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import os
@@ -246,6 +247,7 @@ class Worker:
         self._start_clients({})
         self._write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
+        gc.freeze()  # what exists now lives for the run: the collector's full passes need not walk it again
         try:
             self._loop(stop, exit_on_idle_s, on_progress)
         except KafkaException as error:  # outside a transaction: nothing in hand was committed or recorded
