@@ -257,6 +257,7 @@ class Worker:
             ) from error
         finally:
             self._shutdown()
+            gc.unfreeze()  # a worker run inside a longer-lived process (tests, benchmarks) leaves it as it was
         return self.summary
 
     def _subscribe(self) -> None:
