@@ -128,9 +128,9 @@ SEALED_GENERATION_OPTIONS = {
 
 def seal_options() -> CompactOptions:
     """A manual compaction that rewrites a generation into its last level, even a lone file (a trivial move
-    would keep its filter and lz4 blocks)."""
+    would keep its filter and lz4 blocks), once: "force" would compact the run it has just written again."""
     options = CompactOptions()
-    options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+    options.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
     options.set_exclusive_manual_compaction(False)  # flushes and other compactions go on meanwhile
     return options
 
