@@ -1082,7 +1082,10 @@ class DedupStore:
             raise StoreError(f"store {self.path}: cannot create the family of a new generation: {error}") from error
         self._generations.add(self._generation(name, first_seq))
         if previous is not None:
-            self._seal(previous)
+            if self._written_since_sealed(previous):
+                self._seal(previous)
+            else:  # one run already (bulk loaded, or merged down by RocksDB): rewriting it would only cost CPU
+                previous.family.set_options(SEALED_GENERATION_OPTIONS)
             self._filters.sealed()
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
@@ -1118,6 +1121,16 @@ class DedupStore:
         thread = threading.Thread(target=run, name=f"seal-{generation.name}", daemon=True)
         self._sealing[generation.name] = thread
         thread.start()
+
+    @classmethod
+    def _written_since_sealed(cls, generation: Generation) -> bool:
+        """Whether a generation holds ids in memtables or above its last level. The memtables are asked first:
+        a flush moves ids from them to level 0 only once its file is in place, so none is missed between."""
+        family = generation.family
+        in_memory = family.property_int_value("rocksdb.num-entries-active-mem-table") or family.property_int_value(
+            "rocksdb.num-entries-imm-mem-tables"
+        )
+        return bool(in_memory) or cls._unsealed(generation)
 
     @staticmethod
     def _unsealed(generation: Generation) -> bool:

@@ -36,7 +36,7 @@ def _file_number(name: str) -> int:
     return int(name[name.rfind("/") + 1 : name.rfind(".")])
 
 
-def _file_numbers(store: DedupStore, family: str) -> dict[int, int]:
+def family_file_levels(store: DedupStore, family: str) -> dict[int, int]:
     """``{file number: level}`` of one column family's live SST files (the binding's file list has no family)."""
     text = store.family(family).property_value("rocksdb.sstables") or ""
     numbers: dict[int, int] = {}
@@ -61,7 +61,7 @@ def sst_files(store: DedupStore, families: tuple[str, ...] = COLUMN_FAMILIES) ->
         if family == CF_IDS:
             places = [(name, (first, end - 1) if end > first else None) for name, first, end in store.id_families()]
         for name, generation_range in places:
-            for number, level in _file_numbers(store, name).items():
+            for number, level in family_file_levels(store, name).items():
                 entry = live.get(number)
                 if entry is None:  # deleted between the two reads
                     continue

@@ -20,6 +20,8 @@ from store import generations
 from store.aging import AgingPolicy, age_step
 from store.codec import CF_IDS, encode_ids
 from store.dedup_store import DedupStore
+from store.footprint import family_file_levels
+from store.options import seal_options
 from store.testing import as_schema_4
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +57,33 @@ def test_routed_lookups_answer_as_every_generation_and_as_recorded(tmp_path, sho
         assert reader.contains_many(recorded + unseen) == expected
         firsts = [first for _, first, _ in reader.id_families()]
         assert firsts == sorted(firsts) and all(first % 2_000 == 0 for first in firsts[1:])
+
+
+def test_a_generation_already_in_one_run_is_not_rewritten_when_the_next_starts(tmp_path, short_generations):
+    # a bulk-loaded store's newest generation, or one RocksDB merged down, is a run already: sealing it again
+    # would rewrite every id it holds while the worker writes
+    rng = random.Random(3)
+    with DedupStore.open(
+        tmp_path / "events-0", topic="events", partition=0, window_ids=short_generations(2_000)
+    ) as store:
+        first = mixed_ids(1_500, rng.randbytes)
+        store.record(first, [1] * len(first))
+        ((name, _, _),) = store.id_families()
+        store.flush()
+        store.family(name).compact_range(None, None, seal_options())
+        one_run = family_file_levels(store, name)
+        more = mixed_ids(1_000, rng.randbytes)
+        store.record(more, [1] * len(more))  # into the next generation
+        assert store.wait_for_seals(timeout_s=60)
+        assert len(store.id_families()) == 2
+        assert family_file_levels(store, name) == one_run
+        assert store.contains_many(first + more) == [True] * (len(first) + len(more))
+        # the generation written since is sealed as ever when the one after it starts
+        written = store.id_families()[1][0]
+        last = mixed_ids(2_000, rng.randbytes)
+        store.record(last, [1] * len(last))
+        assert store.wait_for_seals(timeout_s=60)
+        assert not DedupStore._unsealed(store._generation_named(written))
 
 
 def test_a_secondary_sees_the_generations_a_writer_adds_after_it_opened(tmp_path, short_generations):
