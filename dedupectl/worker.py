@@ -115,7 +115,6 @@ class _InFlight:
     denied: list[str]  # topics the authorizer refused a record of
     committed: Future  # of _CommitDone
     planned_at: float  # perf_counter when the batch's plan began
-    busy_s: float = 0.0  # plan to commit, once settled
 
 
 @dataclass(frozen=True)
@@ -534,14 +533,15 @@ class Worker:
                 self._recover(owned)
             plans.append(self._plan(owned, by_partition[owned.number], seen.get(owned.number)))
         self._in_flight = None
-        if committed is not None and not self._settle(committed):
+        done = None if committed is None else self._settle(committed)
+        if committed is not None and done is None:
             return
         try:
             if plans:
                 self._in_flight = self._publish(plans, planned_at)
         finally:
-            if committed is not None:
-                self._record(committed)
+            if done is not None:
+                self._record(committed, done)
 
     def _finish_in_flight(self) -> bool:
         """Settle and record the batch committing, if any; False when its commit failed and it was aborted (the
@@ -549,12 +549,13 @@ class Worker:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return True
-        if not self._settle(in_flight):
+        done = self._settle(in_flight)
+        if done is None:
             return False
-        self._record(in_flight)
+        self._record(in_flight, done)
         return True
 
-    def _record(self, in_flight: _InFlight) -> None:
+    def _record(self, in_flight: _InFlight, done: _CommitDone) -> None:
         """Record a committed batch's ids in the stores of its partitions, then age them."""
         recording = time.perf_counter()
         for plan in in_flight.plans:
@@ -575,7 +576,7 @@ class Worker:
         self._crashpoint("after-record")
         self.summary.batches += 1
         # the batch's own time: plan to commit, and its store write (not the next batch's collect between)
-        self.metrics.batch_seconds.observe(in_flight.busy_s + time.perf_counter() - recording)
+        self.metrics.batch_seconds.observe(done.perf - in_flight.planned_at + time.perf_counter() - recording)
 
     def _observe_latency(self, plans: list[_Plan], committed_ms: int) -> None:
         for plan in plans:
@@ -685,21 +686,20 @@ class Worker:
             planned_at=planned_at,
         )
 
-    def _settle(self, in_flight: _InFlight) -> bool:
-        """Wait for a batch's commit; False when it failed and was aborted (the consumer is then rewound)."""
+    def _settle(self, in_flight: _InFlight) -> _CommitDone | None:
+        """Wait for a batch's commit; None when it failed and was aborted (the consumer is then rewound)."""
         try:
             done: _CommitDone = in_flight.committed.result()
         except KafkaException as error:
             self._transaction_failed(error, in_flight.denied)
-            return False
-        in_flight.busy_s = done.perf - in_flight.planned_at
+            return None
         self.summary.commits += 1
         self.summary.last_committed_at = done.monotonic
         self.metrics.last_commit.set(done.wall_ms / 1000)
         self.metrics.transactions.labels("committed").inc()
         self._crashpoint("after-commit")
         self._observe_latency(in_flight.plans, done.wall_ms)
-        return True
+        return done
 
     def _transaction_failed(self, error: KafkaException, denied: list[str]) -> None:
         """Abort the failed transaction and rewind the consumer, or raise what ends the run or restarts the
