@@ -453,10 +453,7 @@ class DedupStore:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
             for generation in list(self._generations)[:-1]:
-                if self._unsealed(generation):  # a seal a stop or crash cut short
-                    self._seal(generation)
-                else:
-                    generation.family.set_options(SEALED_GENERATION_OPTIONS)
+                self._seal_if_written(generation)  # a seal a stop or crash cut short is made again
         except BaseException:
             self.close()
             raise
@@ -1082,10 +1079,7 @@ class DedupStore:
             raise StoreError(f"store {self.path}: cannot create the family of a new generation: {error}") from error
         self._generations.add(self._generation(name, first_seq))
         if previous is not None:
-            if self._written_since_sealed(previous):
-                self._seal(previous)
-            else:  # one run already (bulk loaded, or merged down by RocksDB): rewriting it would only cost CPU
-                previous.family.set_options(SEALED_GENERATION_OPTIONS)
+            self._seal_if_written(previous)
             self._filters.sealed()
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
@@ -1121,6 +1115,14 @@ class DedupStore:
         thread = threading.Thread(target=run, name=f"seal-{generation.name}", daemon=True)
         self._sealing[generation.name] = thread
         thread.start()
+
+    def _seal_if_written(self, generation: Generation) -> None:
+        """Seal a generation no longer written, unless it is one run already (sealed before, bulk loaded, or
+        merged down by RocksDB): rewriting it would only cost CPU."""
+        if self._written_since_sealed(generation):
+            self._seal(generation)
+        else:
+            generation.family.set_options(SEALED_GENERATION_OPTIONS)
 
     @classmethod
     def _written_since_sealed(cls, generation: Generation) -> bool:
