@@ -56,6 +56,7 @@ class FilterKeeper:
         self.current: IdFilter | None = None
         self._saving: threading.Thread | None = None
         self._save_due = False
+        self._named: FilterStamp | None = None  # the stamp of the file this keeper last read back or saved
 
     @property
     def memory_bytes(self) -> int:
@@ -82,7 +83,12 @@ class FilterKeeper:
             self.current = self._build()
 
     def sealed(self) -> None:
-        """A generation was sealed: save the filter after the batch being recorded (``save_if_due``)."""
+        """A generation was sealed: save the filter after the batch being recorded (``save_if_due``), unless the
+        file saved holds every id recorded so far (a bulk-loaded store's first new generation): rewriting it
+        would only stall the writer."""
+        named, store = self._named, self._store
+        if named is not None and named.next_seq == store.state().next_seq and named.token == store.saved_token():
+            return
         self._save_due = True
 
     def save_if_due(self) -> None:
@@ -106,6 +112,7 @@ class FilterKeeper:
             try:
                 filters.commit(partial, path)
                 self._store.name_saved(stamp.token)
+                self._named = stamp
             except Exception as error:  # the last one named stays in use
                 log.warning("could not save the id filter of %s: %s", self._store.path, error)
 
@@ -125,6 +132,7 @@ class FilterKeeper:
             log.warning("could not save the id filter of %s: %s", self._store.path, error)
             return
         self._store.name_saved(stamp.token)
+        self._named = stamp
 
     def wait_for_save(self, timeout_s: float | None = None) -> bool:
         """Wait until a save being synced is named; False if ``timeout_s`` ran out first."""
@@ -158,6 +166,7 @@ class FilterKeeper:
         added = self._add_from_store(id_filter, low, state.next_seq)
         if added is None:
             return None
+        self._named = stamp
         log.info(
             "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
             identity.topic, identity.partition, added, time.monotonic() - started,

@@ -233,3 +233,23 @@ def test_the_filter_is_sized_for_the_window(tmp_path, window_ids):
     with DedupStore.open(tmp_path / "t-0", topic="t", partition=0, window_ids=window_ids) as store:
         store.contains_many([b"x"])
         assert store._filters.current.capacity >= (window_ids or 1_000_000)
+
+
+def test_a_generation_started_right_after_the_filter_was_saved_does_not_save_it_again(tmp_path, short_generations):
+    path, window = tmp_path / "t-0", short_generations(5_000)
+    with DedupStore.open(path, topic="t", partition=0, window_ids=window) as store:
+        store.contains_many([b"x"])
+        stretch = store._filters.current.span
+        _record(store, _ajs(stretch))  # up to the next generation's first number, and saved at close
+    saved = (path / FILTER_FILE).read_bytes()
+    with DedupStore.open(path, topic="t", partition=0, window_ids=window) as store:
+        assert not any(store.contains_many(_ajs(10)))  # read back: it holds every id recorded
+        later = _ajs(1_000)
+        store.record(later, list(range(1_000)))  # starts a generation: the one before is sealed
+        assert len(store._generations) == 2
+        assert store.wait_for_seals(60)
+        assert (path / FILTER_FILE).read_bytes() == saved
+        store.record(_ajs(stretch), list(range(stretch)))  # past the next start: ids the file lacks, so saved
+        assert store.wait_for_seals(60)
+        assert (path / FILTER_FILE).read_bytes() != saved
+        assert all(_answers_match(store, later))
