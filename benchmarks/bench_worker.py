@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import shutil
 import subprocess
@@ -35,14 +34,12 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bulk_stores import bulk_load_store  # noqa: E402
+from benchmarks.bulk_stores import linked_copy, prefill_data_dir  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
-from store.bulk_load import LoadLayout  # noqa: E402
-from store.layout import store_path  # noqa: E402
 
 console = Console()
 PARTITIONS = 4
@@ -53,36 +50,6 @@ def _json_from(command: list[str]) -> dict:
     if completed.returncode != 0:
         raise SystemExit(f"{command[:3]} failed ({completed.returncode}):\n{completed.stderr[-2000:]}")
     return json.loads(completed.stdout)
-
-
-PREFILL_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=2_000_000)
-
-
-def prefill(data_dir: Path, topic: str, partitions: int, total: int) -> float:
-    """Bulk load ``total`` ids spread over the partitions' stores; returns the seconds it took."""
-    return sum(
-        bulk_load_store(
-            store_path(data_dir, topic, partition),
-            topic=topic,
-            partition=partition,
-            count=total // partitions,
-            layout=PREFILL_LAYOUT,
-            seed=partition,
-        )
-        for partition in range(partitions)
-    )
-
-
-def _linked_copy(source: Path, target: Path) -> None:
-    """A copy of a data directory whose SST files are hard links (RocksDB never changes a written SST file)."""
-
-    def link_or_copy(src: str, dst: str) -> None:
-        if src.endswith(".sst"):
-            os.link(src, dst)
-        else:
-            shutil.copy2(src, dst)
-
-    shutil.copytree(source, target, copy_function=link_or_copy)
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -133,7 +100,7 @@ def main() -> None:
             create_topics(kafka, [output], PARTITIONS)
             data_dir = data / f"data-{name}"
             if prefilled:
-                _linked_copy(data / "prefilled", data_dir)
+                linked_copy(data / "prefilled", data_dir)
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", "in"]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
@@ -148,7 +115,7 @@ def main() -> None:
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
-                prefill_seconds = prefill(data / "prefilled", "in", PARTITIONS, args.prefilled_ids)
+                prefill_seconds = prefill_data_dir(data / "prefilled", "in", PARTITIONS, args.prefilled_ids)
             console.print(f"bulk loaded {args.prefilled_ids:,} ids in {prefill_seconds:.0f}s")
         # alternated, so that a burst of load from elsewhere on the machine hits both sides alike
         for round_ in range(args.repeat):

@@ -1,6 +1,6 @@
 """Where a batch's wall time goes in ``dedupectl run``, stage by stage, against the plain transactional copy.
 
-    python benchmarks/bench_worker_stages.py [--count 1000000] [--repeat 2]
+    python benchmarks/bench_worker_stages.py [--count 1000000] [--repeat 2] [--prefilled-ids N]
 
 Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions) on the project's local broker, then
 alternates, ``--repeat`` times: the plain transactional copy (``benchmarks/peers/copy_floor.py``, its own
@@ -14,8 +14,13 @@ process) and the worker run in this process with a wall-clock timer around each 
 - the wait for the commit: the commit runs on a thread of its own while the next batch is collected and
   planned (librdkafka delivers what is queued, then the broker commits); this is what is left of it when
   the worker needs its outcome;
-- the store write (``DedupStore.record``, the id filter's insert included), aging, recovery (a partition's
-  first batch), and the rest of the batch (grouping by partition, bookkeeping).
+- the store write (``DedupStore.record``: the id filter's insert and its save when a generation was sealed
+  are shown apart), aging, recovery (a partition's first batch), and the rest of the batch (grouping by
+  partition, bookkeeping).
+
+With ``--prefilled-ids N`` each round also times a run on stores that already hold N ids in all, bulk loaded
+once (as ``benchmarks/bench_worker.py --prefilled-ids`` does; ``--prefilled-dir`` keeps them between
+invocations) and hard-linked into a fresh data directory for each run: its stages beside the empty stores'.
 
 The run's throughput is from the first record consumed to the last commit, as ``dedupectl run --json``
 reports it; the timers add about a microsecond per call, a few per batch. Prints each stage's seconds and
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,12 +49,15 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import dedupectl.worker as worker_module  # noqa: E402
+from benchmarks.bulk_stores import linked_copy, prefill_data_dir  # noqa: E402
 from dedupectl.config import KafkaConfig, resolve_worker_config  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
+from store.filter_keeper import FilterKeeper  # noqa: E402
+from store.id_filter import IdFilter  # noqa: E402
 
 console = Console()
 PARTITIONS = 4
@@ -62,11 +71,15 @@ TIMED = [
     ("plan: parse ids", worker_module, "extract_ids"),
     ("plan: pack ids", worker_module, "encode_ids"),
     ("plan: store lookups", DedupStore, "contains_keys"),
+    ("plan: store lookups: id filter", IdFilter, "group_masks"),
+    ("plan: store lookups: id filter read back (a store's first lookup)", FilterKeeper, "_read_back"),
     ("transaction", worker_module.Worker, "_publish"),
     ("transaction: produce", worker_module.Worker, "_produce_batch"),
     ("transaction: wait for offsets", worker_module.Worker, "_offsets_outcome"),
     ("wait for the commit", worker_module.Worker, "_settle"),
     ("store write", DedupStore, "record"),
+    ("store write: id filter", FilterKeeper, "add"),
+    ("store write: id filter saved", FilterKeeper, "save_if_due"),
     ("aging", worker_module.Worker, "_age"),
     ("recovery", worker_module.Worker, "_recover"),
 ]
@@ -76,11 +89,15 @@ PARENT = {
     "plan: parse ids": "plan",
     "plan: pack ids": "plan",
     "plan: store lookups": "plan",
+    "plan: store lookups: id filter": "plan: store lookups",
+    "plan: store lookups: id filter read back (a store's first lookup)": "plan: store lookups",
     "transaction": "batch",
     "transaction: produce": "transaction",
     "transaction: wait for offsets": "transaction",
     "wait for the commit": "batch",
     "store write": "batch",
+    "store write: id filter": "store write",
+    "store write: id filter saved": "store write",
     "aging": "batch",
     "recovery": "batch",
 }
@@ -185,23 +202,68 @@ def rows_of(run: dict) -> list[tuple[str, float]]:
     parts: dict[str, list[str]] = defaultdict(list)
     for stage, parent in PARENT.items():
         parts[parent].append(stage)
-    rows = [("collect (consume)", stages.get("collect", 0.0))]
-    for stage in parts["batch"]:
-        rows.append((stage, stages.get(stage, 0.0)))
-        if parts[stage]:
-            rows += [(f"  {part}", stages.get(part, 0.0)) for part in parts[stage]]
-            rest = stages.get(stage, 0.0) - sum(stages.get(part, 0.0) for part in parts[stage])
-            rows.append((f"  {stage}: rest", rest))
+
+    def below(parent: str, depth: int) -> list[tuple[str, float]]:
+        rows = []
+        for stage in parts[parent]:
+            seconds = stages.get(stage, 0.0)
+            rows.append(("  " * depth + stage.rsplit(": ", 1)[-1] if depth else stage, seconds))
+            if parts[stage]:
+                rows += below(stage, depth + 1)
+                rest = seconds - sum(stages.get(part, 0.0) for part in parts[stage])
+                rows.append(("  " * (depth + 1) + "rest", rest))
+        return rows
+
+    rows = [("collect (consume)", stages.get("collect", 0.0)), *below("batch", 0)]
     rows.append(("rest of the batch", stages.get("batch", 0.0) - sum(stages.get(s, 0.0) for s in parts["batch"])))
     outside = run["timed_seconds"] - stages.get("collect", 0.0) - stages.get("batch", 0.0)
     rows.append(("outside batches (idle checks, maintenance, status)", outside))
     return rows
 
 
+def median_run(runs: list[dict]) -> dict:
+    return sorted(runs, key=lambda run: run["messages_per_second"])[(len(runs) - 1) // 2]
+
+
+def stage_table(title: str, variants: dict[str, dict]) -> Table:
+    """Each stage's seconds and share of the busy time, a pair of columns per variant (its median run)."""
+    table = Table(title=title)
+    table.add_column("stage")
+    for name in variants:
+        table.add_column(f"{name}: seconds", justify="right")
+        table.add_column("share", justify="right")
+    rows = {name: rows_of(run) for name, run in variants.items()}
+    first = next(iter(rows.values()))
+    for index, (stage, _) in enumerate(first):
+        cells = []
+        for name, run in variants.items():
+            seconds = rows[name][index][1]
+            cells += [f"{seconds:.2f}", f"{seconds / run['timed_seconds']:.1%}"]
+        table.add_row(stage, *cells)
+    cells = []
+    for run in variants.values():
+        cells += [f"{run['timed_seconds']:.2f}", "100%"]
+    table.add_row("first record consumed to the end of the last batch", *cells)
+    cells = []
+    for run in variants.values():
+        collector = run["stages"].get("garbage collector", 0.0)
+        cells += [f"{collector:.2f}", f"{collector / run['timed_seconds']:.1%}"]
+    table.add_row("of all the above: Python's garbage collector", *cells)
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--prefilled-ids", type=int, default=0, help="also time runs on stores holding this many ids in all (0: not)"
+    )
+    parser.add_argument(
+        "--prefilled-dir",
+        type=Path,
+        help="where to keep the bulk-loaded stores between invocations (reused when it exists; default: scratch)",
+    )
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="dedupectl-bench-stages-") as scratch,
@@ -213,42 +275,48 @@ def main() -> None:
         with console.status(f"producing {args.count:,} events"):
             produce_sample(kafka, "in", spec)
         expected = {record.key for record in generate(spec) if record.kind == "new"}
-        copies, workers = [], []
+        prefilled = args.prefilled_dir or Path(scratch) / "prefilled"
+        if args.prefilled_ids and not prefilled.exists():
+            with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
+                seconds = prefill_data_dir(prefilled, "in", PARTITIONS, args.prefilled_ids)
+            console.print(f"bulk loaded {args.prefilled_ids:,} ids in {seconds:.0f}s")
+        copies: list[dict] = []
+        runs: dict[str, list[dict]] = {"empty stores": []}
+        if args.prefilled_ids:
+            runs[f"{args.prefilled_ids:,} ids"] = []
         for round_ in range(args.repeat):
             with console.status(f"round {round_ + 1}/{args.repeat}: the plain transactional copy"):
                 copies.append(copy_run(kafka, f"out-copy-{round_}"))
-            with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run, timed by stage"):
-                run = worker_run(kafka, Path(scratch) / f"data-{round_}", f"out-dedup-{round_}", str(round_))
-                run["check"] = check_output(kafka, f"out-dedup-{round_}", expected)
-                workers.append(run)
-    for run in copies + workers:
+            for variant, (name, variant_runs) in enumerate(runs.items()):
+                label = f"{round_}-{variant}"
+                data_dir = Path(scratch) / f"data-{label}"
+                if variant:
+                    linked_copy(prefilled, data_dir)
+                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on {name}, timed by stage"):
+                    run = worker_run(kafka, data_dir, f"out-dedup-{label}", label)
+                run["check"] = check_output(kafka, f"out-dedup-{label}", expected)
+                variant_runs.append(run)
+                shutil.rmtree(data_dir, ignore_errors=True)
+    for run in copies + [run for variant_runs in runs.values() for run in variant_runs]:
         run["messages_per_second"] = run["consumed"] / run["busy_seconds"]
-    copy = sorted(copies, key=lambda run: run["messages_per_second"])[len(copies) // 2]
-    worker = sorted(workers, key=lambda run: run["messages_per_second"])[len(workers) // 2]
-    if not all(run["check"].exactly_once for run in workers):
-        raise SystemExit(f"an output was not exactly once: {[run['check'] for run in workers]}")
-    table = Table(title=f"dedupectl run, {args.count:,} events, {PARTITIONS} partitions: where the time goes")
-    for column in ("stage", "seconds", "share"):
-        table.add_column(column, justify="left" if column == "stage" else "right")
-    for stage, seconds in rows_of(worker):
-        table.add_row(stage, f"{seconds:.2f}", f"{seconds / worker['timed_seconds']:.1%}")
-    table.add_row("first record consumed to the end of the last batch", f"{worker['timed_seconds']:.2f}", "100%")
-    collector = worker["stages"].get("garbage collector", 0.0)
-    runs = ", ".join(f"{count:,} of generation {gen}" for gen, count in sorted(worker["collections"].items()))
-    table.add_row(
-        f"of all the above: Python's garbage collector ({runs})",
-        f"{collector:.2f}",
-        f"{collector / worker['timed_seconds']:.1%}",
-    )
-    console.print(table)
-    rates = ", ".join(f"{run['messages_per_second']:,.0f}" for run in workers)
+    failed = [run["check"] for variant_runs in runs.values() for run in variant_runs if not run["check"].exactly_once]
+    if failed:
+        raise SystemExit(f"an output was not exactly once: {failed}")
+    copy = median_run(copies)
+    medians = {name: median_run(variant_runs) for name, variant_runs in runs.items()}
+    title = f"dedupectl run, {args.count:,} events, {PARTITIONS} partitions: where the time goes"
+    console.print(stage_table(title, medians))
     copy_rates = ", ".join(f"{run['messages_per_second']:,.0f}" for run in copies)
-    console.print(
-        f"dedupectl {worker['messages_per_second']:,.0f} msg/s (runs: {rates}), the copy "
-        f"{copy['messages_per_second']:,.0f} (runs: {copy_rates}): "
-        f"{worker['messages_per_second'] / copy['messages_per_second']:.2f}x; outputs exactly once "
-        f"({statistics.median(run['check'].distinct_ids for run in workers):,.0f} ids)"
-    )
+    console.print(f"the copy {copy['messages_per_second']:,.0f} msg/s (runs: {copy_rates})")
+    empty = medians["empty stores"]["messages_per_second"]
+    for name, worker in medians.items():
+        rates = ", ".join(f"{run['messages_per_second']:,.0f}" for run in runs[name])
+        console.print(
+            f"dedupectl on {name} {worker['messages_per_second']:,.0f} msg/s (runs: {rates}): "
+            f"{worker['messages_per_second'] / copy['messages_per_second']:.2f}x the copy, "
+            f"{worker['messages_per_second'] / empty:.2f}x empty stores; outputs exactly once "
+            f"({statistics.median(run['check'].distinct_ids for run in runs[name]):,.0f} ids)"
+        )
 
 
 if __name__ == "__main__":

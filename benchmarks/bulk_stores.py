@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 from store.bulk_load import LoadLayout, ingest, write_bucket_places
 from store.clock import now_ms
 from store.codec import StoreState
+from store.layout import store_path
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
 
@@ -63,3 +65,34 @@ def bulk_load_store(
     store.close()
     shutil.rmtree(staging, ignore_errors=True)
     return time.monotonic() - started
+
+
+PREFILL_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=2_000_000)
+
+
+def prefill_data_dir(data_dir: Path, topic: str, partitions: int, total: int) -> float:
+    """Bulk load ``total`` ids into a worker's data directory, spread over the partitions' stores (other ids
+    than the sample events'); returns the seconds it took."""
+    return sum(
+        bulk_load_store(
+            store_path(data_dir, topic, partition),
+            topic=topic,
+            partition=partition,
+            count=total // partitions,
+            layout=PREFILL_LAYOUT,
+            seed=partition,
+        )
+        for partition in range(partitions)
+    )
+
+
+def linked_copy(source: Path, target: Path) -> None:
+    """A copy of a data directory whose SST files are hard links (RocksDB never changes a written SST file)."""
+
+    def link_or_copy(src: str, dst: str) -> None:
+        if src.endswith(".sst"):
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(source, target, copy_function=link_or_copy)
