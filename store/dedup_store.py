@@ -298,6 +298,7 @@ class DedupStore:
             db, path, identity, state, writable=True, filtered=True, window_ids=window_ids, families=names,
             new_generation_options=new_generation,
         )  # fmt: skip
+        store._filters.read_ahead()  # while the worker recovers and fetches: its first lookup then waits less
         store._settle_layout()
         return store
 
@@ -1310,6 +1311,7 @@ class DedupStore:
             if self.writable:
                 self.wait_for_seals()
                 self._filters.save_at_close()
+            self._filters.drop_read_ahead()
             if self._seq_view is not None:
                 self._seq_view.close()
                 self._seq_view = None

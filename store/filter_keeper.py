@@ -57,6 +57,36 @@ class FilterKeeper:
         self._saving: threading.Thread | None = None
         self._save_due = False
         self._named: FilterStamp | None = None  # the stamp of the file this keeper last read back or saved
+        self._reading: threading.Thread | None = None
+        self._read: tuple[IdFilter, FilterStamp] | None = None
+
+    def read_ahead(self) -> None:
+        """Start reading the saved file on a thread of its own (numpy reads without the GIL), so that the first
+        lookup finds it in memory: a worker opens its stores on assignment, before its first batch. The file
+        is checked against the store when it is used, as if read then."""
+        path = self._store.path / FILTER_FILE
+        if self.current is not None or self._reading is not None or not path.exists():
+            return
+
+        def run() -> None:
+            self._read = filters.load(path)
+
+        self._reading = threading.Thread(target=run, name="read-id-filter", daemon=True)
+        self._reading.start()
+
+    def _saved_file(self) -> tuple[IdFilter, FilterStamp] | None:
+        """What ``read_ahead`` read (waiting for it), or the file read now."""
+        if self._reading is None:
+            return filters.load(self._store.path / FILTER_FILE)
+        self._reading.join()
+        saved, self._reading, self._read = self._read, None, None
+        return saved
+
+    def drop_read_ahead(self) -> None:
+        """At close: wait for a read still running and let its memory go."""
+        if self._reading is not None:
+            self._reading.join()
+        self._reading = self._read = None
 
     @property
     def memory_bytes(self) -> int:
@@ -147,7 +177,7 @@ class FilterKeeper:
         """The saved filter, if the store names its token, with the ids recorded under numbers from its stamp
         on added (read from the newest generations); None where it cannot be used."""
         store = self._store
-        saved = filters.load(store.path / FILTER_FILE)
+        saved = self._saved_file()
         if saved is None:
             return None
         id_filter, stamp = saved

@@ -253,3 +253,18 @@ def test_a_generation_started_right_after_the_filter_was_saved_does_not_save_it_
         assert store.wait_for_seals(60)
         assert (path / FILTER_FILE).read_bytes() != saved
         assert all(_answers_match(store, later))
+
+
+def test_a_filter_read_ahead_at_open_is_not_used_once_ids_were_put_back_before_the_first_lookup(tmp_path):
+    path = tmp_path / "t-0"
+    ids = _ajs(1_000)
+    lost = ids[200:210]
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        store.record(ids, list(range(1_000)), output_offsets=range(100, 1_100))
+        store.forget_many(lost)
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert not any(_answers_match(store, lost))  # saved at close without them
+    with DedupStore.open(path, topic="t", partition=0) as store:  # reads that file ahead
+        assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
+        assert all(_answers_match(store, lost))
+        assert not any(_answers_match(store, _ajs(1_000)))
