@@ -1,6 +1,7 @@
 """End-to-end throughput of ``dedupectl run`` against its baselines, on the project's local broker.
 
     python benchmarks/bench_worker.py [--count 1000000] [--repeat 3] [--naive-seconds 20] [--prefilled-ids N]
+        [--prefilled-dir DIR]
 
 Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions), then runs, each in its own process
 and each into a fresh output topic: the plain transactional copy and ``dedupectl run``, alternated
@@ -10,7 +11,9 @@ naive loop (time-bounded: at one commit per message it would take hours; its rat
 With ``--prefilled-ids N``, each round also runs ``dedupectl run`` on stores that already hold N ids in all
 (N / 4 per partition, other ids than the events'), bulk loaded once before the rounds (``store.bulk_load``,
 as ``dedupectl rebuild`` does) and hard-linked into a fresh data directory for each run; its throughput is
-reported against the empty-store runs of the same rounds.
+reported against the empty-store runs of the same rounds. ``--prefilled-dir`` keeps the bulk-loaded stores
+between invocations.
+
 Throughput is measured from the first record consumed to the last transaction committed. Every dedupectl
 run's output is read back (read_committed) to check it is exactly once. Prints a table and writes
 benchmarks/results/worker.json.
@@ -34,7 +37,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bulk_stores import linked_copy, prefill_data_dir  # noqa: E402
+from benchmarks.bulk_stores import linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
@@ -69,6 +72,11 @@ def main() -> None:
     parser.add_argument(
         "--prefilled-ids", type=int, default=0, help="also run on stores holding this many ids in all (0: not)"
     )
+    parser.add_argument(
+        "--prefilled-dir",
+        type=Path,
+        help="where to keep the bulk-loaded stores between invocations (reused when they match; default: scratch)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 
@@ -86,6 +94,7 @@ def main() -> None:
         console.print(f"produced {sample.produced:,} events in {time.monotonic() - started:.1f}s")
         python = sys.executable
         data = Path(scratch)
+        prefilled_dir = args.prefilled_dir or data / "prefilled"
 
         def copy_run(round_: int) -> dict:
             output = f"out-copy-{round_}"
@@ -100,7 +109,7 @@ def main() -> None:
             create_topics(kafka, [output], PARTITIONS)
             data_dir = data / f"data-{name}"
             if prefilled:
-                linked_copy(data / "prefilled", data_dir)
+                linked_copy(prefilled_dir, data_dir)
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", "in"]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
@@ -115,8 +124,11 @@ def main() -> None:
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
-                prefill_seconds = prefill_data_dir(data / "prefilled", "in", PARTITIONS, args.prefilled_ids)
-            console.print(f"bulk loaded {args.prefilled_ids:,} ids in {prefill_seconds:.0f}s")
+                prefill_seconds = reuse_or_prefill(prefilled_dir, "in", PARTITIONS, args.prefilled_ids)
+            if prefill_seconds is None:
+                console.print(f"reusing the {args.prefilled_ids:,} ids bulk loaded into {prefilled_dir}")
+            else:
+                console.print(f"bulk loaded {args.prefilled_ids:,} ids in {prefill_seconds:.0f}s")
         # alternated, so that a burst of load from elsewhere on the machine hits both sides alike
         for round_ in range(args.repeat):
             with console.status(f"round {round_ + 1}/{args.repeat}: plain transactional copy"):

@@ -49,7 +49,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import dedupectl.worker as worker_module  # noqa: E402
-from benchmarks.bulk_stores import linked_copy, prefill_data_dir  # noqa: E402
+from benchmarks.bulk_stores import linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig, resolve_worker_config  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
@@ -59,7 +59,7 @@ from store.dedup_store import DedupStore  # noqa: E402
 from store.filter_keeper import FilterKeeper  # noqa: E402
 from store.id_filter import IdFilter  # noqa: E402
 
-console = Console()
+console = Console(width=max(Console().width, 110))
 PARTITIONS = 4
 
 # (stage, owner, attribute): each wrapped with a timer for the worker's run in this process
@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument(
         "--prefilled-dir",
         type=Path,
-        help="where to keep the bulk-loaded stores between invocations (reused when it exists; default: scratch)",
+        help="where to keep the bulk-loaded stores between invocations (reused when they match; default: scratch)",
     )
     args = parser.parse_args()
     with (
@@ -276,10 +276,11 @@ def main() -> None:
             produce_sample(kafka, "in", spec)
         expected = {record.key for record in generate(spec) if record.kind == "new"}
         prefilled = args.prefilled_dir or Path(scratch) / "prefilled"
-        if args.prefilled_ids and not prefilled.exists():
+        if args.prefilled_ids:
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
-                seconds = prefill_data_dir(prefilled, "in", PARTITIONS, args.prefilled_ids)
-            console.print(f"bulk loaded {args.prefilled_ids:,} ids in {seconds:.0f}s")
+                seconds = reuse_or_prefill(prefilled, "in", PARTITIONS, args.prefilled_ids)
+            if seconds is not None:
+                console.print(f"bulk loaded {args.prefilled_ids:,} ids in {seconds:.0f}s")
         copies: list[dict] = []
         runs: dict[str, list[dict]] = {"empty stores": []}
         if args.prefilled_ids:
