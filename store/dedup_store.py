@@ -96,7 +96,7 @@ from store.errors import (
 )
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations
-from store.id_filter import GROUPS, IdFilter, key_hashes
+from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 from store.options import SEALED_GENERATION_OPTIONS, SharedMemory, generation_options, seal_options, store_options
 from store.seq_view import SeqView
 
@@ -209,6 +209,7 @@ class DedupStore:
                 id_chunks=self._id_chunks,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
+                grows=lambda: self._window_ids is None,
             )
         )
         self._refused_gap: OutputGap | None = None
@@ -671,6 +672,11 @@ class DedupStore:
         if self._filtered:
             self._filters.ready()
 
+    def build_id_filter(self, window_ids: int) -> tuple[IdFilter, FilterStamp]:
+        """A new id filter of every live id sized for ``window_ids``, and a stamp of what it holds; a secondary
+        instance builds one so for its worker (``store.filter_growth``)."""
+        return self._filters.build_apart(window_ids)
+
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
         that a growing store builds one again only when it doubles."""
@@ -827,6 +833,7 @@ class DedupStore:
         seq_of = self.seqs_published_at(offsets)
         keys = encode_ids(ids)
         self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
+        self._filters.ids_put_back()
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
         placed: list[int | None] = [None] * len(ids)
@@ -1311,7 +1318,7 @@ class DedupStore:
             if self.writable:
                 self.wait_for_seals()
                 self._filters.save_at_close()
-            self._filters.drop_read_ahead()
+            self._filters.close()
             if self._seq_view is not None:
                 self._seq_view.close()
                 self._seq_view = None

@@ -26,6 +26,7 @@ import numpy as np
 from store import id_filter as filters
 from store.codec import StoreIdentity, StoreState
 from store.errors import StoreError
+from store.filter_growth import GROW_AHEAD_AT, GROWN_FILE, Growth, GrowthFailed
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class StoreAccess:
     id_chunks: Callable[[int, int], Iterator[tuple[list[bytes], list[int]]]]  # (keys, seqs) numbered low..high-1
     saved_token: Callable[[], str | None]
     name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
+    grows: Callable[[], bool] = lambda: False  # no aging bound: the filter is built again, larger, as it fills
 
 
 class FilterKeeper:
@@ -59,6 +61,8 @@ class FilterKeeper:
         self._named: FilterStamp | None = None  # the stamp of the file this keeper last read back or saved
         self._reading: threading.Thread | None = None
         self._read: tuple[IdFilter, FilterStamp] | None = None
+        self._growth: Growth | None = None
+        self._growth_failed = False  # not tried again until a filter is built inline
 
     def read_ahead(self) -> None:
         """Start reading the saved file on a thread of its own (numpy reads without the GIL), so that the first
@@ -82,11 +86,12 @@ class FilterKeeper:
         saved, self._reading, self._read = self._read, None, None
         return saved
 
-    def drop_read_ahead(self) -> None:
-        """At close: wait for a read still running and let its memory go."""
+    def close(self) -> None:
+        """At close: wait for a read still running, stop a growth, and let their memory go."""
         if self._reading is not None:
             self._reading.join()
         self._reading = self._read = None
+        self._end_growth()
 
     @property
     def memory_bytes(self) -> int:
@@ -96,6 +101,7 @@ class FilterKeeper:
         if self.current is None:
             for leftover in self._store.path.glob(f".{FILTER_FILE}.*partial"):  # a save cut short by a kill
                 leftover.unlink(missing_ok=True)
+            (self._store.path / GROWN_FILE).unlink(missing_ok=True)  # a growth a kill left
             self.current = self._read_back()
             if self.current is None:
                 self.current = self._build()
@@ -110,7 +116,71 @@ class FilterKeeper:
         cut = self._store.state().first_live_seq
         if not (id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)):
             self.current = None  # never left half-updated: a filter that missed an id would let a duplicate by
+            self._end_growth()
+            self._growth_failed = False
             self.current = self._build()
+            return
+        self._grow_ahead(id_filter)
+
+    def ids_put_back(self) -> None:
+        """Ids were put back under older numbers (``DedupStore.place``): a filter being grown may lack them."""
+        self._end_growth()
+
+    def _grow_ahead(self, id_filter: IdFilter) -> None:
+        """Past ``GROW_AHEAD_AT`` of a growing store's filter, build the next one in a child process; once it is
+        read, bring it up to date and take it in place of this one."""
+        growth = self._growth
+        if growth is None:
+            store = self._store
+            filling = store.state().live_ids >= GROW_AHEAD_AT * id_filter.capacity
+            if filling and store.grows() and not self._growth_failed:
+                self._growth = Growth(store.path, 2 * id_filter.capacity)
+            return
+        try:
+            grown = growth.poll()
+        except (GrowthFailed, OSError) as error:
+            log.warning(
+                "%s: could not grow the id filter apart (%s); it is built inline when full", self._store.path, error
+            )
+            self._end_growth()
+            self._growth_failed = True
+            return
+        if grown is not None:
+            self._end_growth()
+            taken = self._up_to_date(
+                *grown, source=f"the id filter grown apart ({grown[0].memory_bytes / 2**20:.0f} MiB)"
+            )
+            if taken is not None:
+                self.current = taken
+
+    def _up_to_date(self, id_filter: IdFilter, stamp: FilterStamp, source: str) -> IdFilter | None:
+        """A filter read from a file with the ids recorded from its stamp's number on added (read from the
+        newest generations); None where it is not this store's or cannot take them."""
+        store = self._store
+        identity, state = store.identity, store.state()
+        if (stamp.topic, stamp.partition, stamp.created_ms) != (
+            identity.topic,
+            identity.partition,
+            identity.created_ms,
+        ) or stamp.next_seq > state.next_seq:
+            return None
+        started = time.monotonic()
+        low = max(stamp.next_seq, state.first_live_seq)
+        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
+            return None  # the window outgrew it: a larger one is built
+        added = self._add_from_store(id_filter, low, state.next_seq)
+        if added is None:
+            return None
+        log.info(
+            "%s[%d]: loaded %s and added the %d ids recorded since it was saved in %.1f s",
+            identity.topic, identity.partition, source, added, time.monotonic() - started,
+        )  # fmt: skip
+        return id_filter
+
+    def _end_growth(self) -> None:
+        if self._growth is not None:
+            self._growth.end()
+            self._growth = None
 
     def sealed(self) -> None:
         """A generation was sealed: save the filter after the batch being recorded (``save_if_due``), unless the
@@ -176,39 +246,29 @@ class FilterKeeper:
     def _read_back(self) -> IdFilter | None:
         """The saved filter, if the store names its token, with the ids recorded under numbers from its stamp
         on added (read from the newest generations); None where it cannot be used."""
-        store = self._store
         saved = self._saved_file()
         if saved is None:
             return None
         id_filter, stamp = saved
-        identity, state = store.identity, store.state()
-        if (
-            stamp.token != store.saved_token()
-            or (stamp.topic, stamp.partition, stamp.created_ms)
-            != (identity.topic, identity.partition, identity.created_ms)
-            or stamp.next_seq > state.next_seq
-        ):
+        if stamp.token != self._store.saved_token():
             return None
-        started = time.monotonic()
-        low = max(stamp.next_seq, state.first_live_seq)
-        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
-            return None  # the window outgrew it: a larger one is built
-        added = self._add_from_store(id_filter, low, state.next_seq)
-        if added is None:
-            return None
-        self._named = stamp
-        log.info(
-            "%s[%d]: loaded the saved id filter and added the %d ids recorded since it was saved in %.1f s",
-            identity.topic, identity.partition, added, time.monotonic() - started,
-        )  # fmt: skip
+        id_filter = self._up_to_date(id_filter, stamp, source="the saved id filter")
+        if id_filter is not None:
+            self._named = stamp
         return id_filter
 
-    def _build(self) -> IdFilter:
-        """A filter of every live id, read from the store, sized for the window."""
+    def build_apart(self, window: int) -> tuple[IdFilter, FilterStamp]:
+        """A filter of every live id sized for ``window`` ids, and a stamp of what it holds (for
+        ``store.filter_builder``, on a secondary instance: its token is named nowhere)."""
+        stamp = self._new_stamp()
+        return self._build(window), stamp
+
+    def _build(self, window: int | None = None) -> IdFilter:
+        """A filter of every live id, read from the store, sized for ``window`` (default: the store's window)."""
         store = self._store
         started = time.monotonic()
         state = store.state()
-        id_filter = IdFilter(math.ceil(store.window() * FILTER_SLACK / (GROUPS - 1)))
+        id_filter = IdFilter(math.ceil((window or store.window()) * FILTER_SLACK / (GROUPS - 1)))
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {store.path}: a new id filter cannot hold its window (a bug)")
         added = self._add_from_store(id_filter, state.first_live_seq, state.next_seq)

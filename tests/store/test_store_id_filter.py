@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -268,3 +269,77 @@ def test_a_filter_read_ahead_at_open_is_not_used_once_ids_were_put_back_before_t
         assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
         assert all(_answers_match(store, lost))
         assert not any(_answers_match(store, _ajs(1_000)))
+
+
+def _record_until(store: DedupStore, ids: list[bytes], done, timeout_s: float = 60.0) -> int:
+    """Record ``ids`` a hundred at a time, pausing between, until ``done()``; returns how many were recorded."""
+    deadline = time.monotonic() + timeout_s
+    at = 0
+    while not done():
+        assert time.monotonic() < deadline and at < len(ids), "not done in time"
+        store.record(ids[at : at + 100], list(range(at, at + 100)))
+        at += 100
+        time.sleep(0.02)
+    return at
+
+
+@pytest.fixture
+def growing(monkeypatch):
+    """A store without an aging bound whose first id filter holds about 22,000 ids."""
+    from store import dedup_store
+
+    monkeypatch.setattr(dedup_store, "MIN_FILTER_WINDOW", 20_000)
+
+
+def test_a_growing_store_takes_a_larger_filter_built_apart_before_its_own_fills(tmp_path, growing, caplog):
+    path = tmp_path / "t-0"
+    ids = _ajs(60_000)
+    with caplog.at_level("INFO", logger="store.filter_keeper"), DedupStore.open(path, topic="t", partition=0) as store:
+        store.contains_many([b"x"])
+        first = store._filters.current
+        recorded = _record_until(store, ids, lambda: store._filters.current is not first)
+        assert recorded < first.capacity  # taken before the first one filled: never built on this thread
+        assert store._filters.current.capacity >= 2 * first.capacity
+        assert not (path / ".id-filter-grown").exists()
+        _record(store, ids[recorded:], start_ms=100_000)
+        assert all(_answers_match(store, ids))
+        assert not any(_answers_match(store, _ajs(5_000)))
+    assert "loaded the id filter grown apart" in caplog.text
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        assert all(_answers_match(store, ids))
+
+
+def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, growing):
+    path = tmp_path / "t-0"
+    ids = _ajs(20_000)
+    lost = ids[500:510]
+    with DedupStore.open(path, topic="t", partition=0) as store:
+        store.contains_many([b"x"])
+        first = store._filters.current
+        store.record(ids[:12_000], list(range(12_000)), output_offsets=range(100, 12_100))
+        store.forget_many(lost)
+        store.record(ids[12_000:], list(range(12_000, 20_000)), output_offsets=range(12_100, 20_100))
+        growth = store._filters._growth  # past 60%: a filter built apart, from a store that lacks the lost ids
+        assert growth is not None
+        assert growth._process.wait(60) == 0
+        assert store.place(lost, list(range(600, 610))) == list(range(500, 510))
+        assert store._filters._growth is not growth
+        more = _ajs(2_000)
+        recorded = _record_until(store, more, lambda: store._filters.current is not first)
+        _record(store, more[recorded:], start_ms=100_000)
+        assert all(_answers_match(store, ids + more))
+
+
+def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(tmp_path, growing, monkeypatch, caplog):
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+    ids = _ajs(30_000)
+    with (
+        caplog.at_level("INFO", logger="store.filter_keeper"),
+        DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store,
+    ):
+        store.contains_many([b"x"])
+        first = store._filters.current
+        _record_until(store, ids, lambda: store._filters.current is not first)
+        assert store._filters.current.capacity > first.capacity
+        assert all(_answers_match(store, ids[: first.capacity]))
+    assert "could not grow the id filter apart (the build exited with 1" in caplog.text

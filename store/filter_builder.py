@@ -1,0 +1,30 @@
+"""The child process of ``store.filter_growth``: build a store's id filter for a given window and save it.
+
+    python -m store.filter_builder STORE_DIR OUT_FILE WINDOW_IDS
+
+Reads the store through a secondary instance (no lock: its worker goes on writing), so the filter holds
+every id live at the moment the instance caught up, below the number its stamp names.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from store import id_filter as filters
+from store.dedup_store import DedupStore
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print("usage: python -m store.filter_builder STORE_DIR OUT_FILE WINDOW_IDS", file=sys.stderr)
+        return 64
+    store_dir, out, window = Path(argv[0]), Path(argv[1]), int(argv[2])
+    with DedupStore.open_secondary(store_dir) as store:
+        id_filter, stamp = store.build_id_filter(window)
+    filters.save(id_filter, out, stamp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

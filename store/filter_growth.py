@@ -1,0 +1,77 @@
+"""A larger id filter for a growing store, built by a process of its own while the worker goes on.
+
+A store without an aging bound sizes its id filter for twice the ids it holds, and a full filter must be
+built again, larger, from every id the store holds: about a microsecond per id on the worker's thread, which
+holds the GIL throughout. Started early instead (``GROW_AHEAD_AT`` of the filter's capacity), the build runs
+in a child process (``store.filter_builder``) that reads the store through a secondary instance, on another
+core, and saves the new filter to a file beside the store, stamped with the next number it had seen. The
+worker's keeper reads that file on a thread (numpy reads without the GIL), adds the ids recorded since its
+stamp, and takes it in place of the old filter before that one fills.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from store import id_filter as filters
+from store.id_filter import FilterStamp, IdFilter
+
+GROW_AHEAD_AT = 0.6  # of its capacity: the build has the other 40% of the ids to finish in
+GROWN_FILE = ".id-filter-grown"  # beside the store; never read as the saved filter
+
+
+class GrowthFailed(Exception):
+    """The child process failed, or what it wrote cannot be read: the old filter is kept."""
+
+
+class Growth:
+    """One build in a child process, then the read of its file on a thread; owned by the store's thread."""
+
+    def __init__(self, store_path: Path, window: int):
+        self.file = store_path / GROWN_FILE
+        self.file.unlink(missing_ok=True)
+        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
+        command = [sys.executable, "-m", "store.filter_builder", str(store_path), str(self.file), str(window)]
+        self._process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors
+        )
+        self._reading: threading.Thread | None = None
+        self._read: tuple[IdFilter, FilterStamp] | None = None
+
+    def poll(self) -> tuple[IdFilter, FilterStamp] | None:
+        """The filter built and its stamp, once the child is done and its file read; None meanwhile."""
+        if self._reading is None:
+            code = self._process.poll()
+            if code is None:
+                return None
+            if code != 0:
+                self._errors.seek(0)
+                lines = self._errors.read().decode(errors="replace").strip().splitlines()
+                raise GrowthFailed(f"the build exited with {code}: {lines[-1] if lines else 'no message'}")
+
+            def read() -> None:
+                self._read = filters.load(self.file)
+
+            self._reading = threading.Thread(target=read, name="read-grown-id-filter", daemon=True)
+            self._reading.start()
+            return None
+        if self._reading.is_alive():
+            return None
+        if self._read is None:
+            raise GrowthFailed(f"the filter it wrote to {self.file} cannot be read")
+        return self._read
+
+    def end(self) -> None:
+        """Stop the child if it runs, and let its file and memory go."""
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        if self._reading is not None:
+            self._reading.join()
+        self._read = None
+        self._errors.close()
+        self.file.unlink(missing_ok=True)
