@@ -97,7 +97,14 @@ from store.errors import (
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
-from store.options import SEALED_GENERATION_OPTIONS, SharedMemory, generation_options, seal_options, store_options
+from store.options import (
+    SEALED_GENERATION_OPTIONS,
+    WRITTEN_GENERATION_OPTIONS,
+    SharedMemory,
+    generation_options,
+    seal_options,
+    store_options,
+)
 from store.seq_view import SeqView
 
 log = logging.getLogger(__name__)
@@ -456,6 +463,9 @@ class DedupStore:
             self.identity = _upgrade_schema(self._db, self.identity)
             for generation in list(self._generations)[:-1]:
                 self._seal_if_written(generation)  # a seal a stop or crash cut short is made again
+            newest = self._generations.newest
+            if newest is not None:
+                newest.family.set_options(WRITTEN_GENERATION_OPTIONS)
         except BaseException:
             self.close()
             raise
@@ -679,7 +689,7 @@ class DedupStore:
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
-        that a growing store builds one again only when it doubles."""
+        that a growing store needs a larger one only when it doubles (``store.filter_growth``)."""
         bound, live = self._window_ids, self._state.live_ids
         return max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
 
@@ -1085,7 +1095,9 @@ class DedupStore:
             self._db.create_column_family(name, self._new_generation_options)
         except Exception as error:
             raise StoreError(f"store {self.path}: cannot create the family of a new generation: {error}") from error
-        self._generations.add(self._generation(name, first_seq))
+        generation = self._generation(name, first_seq)
+        generation.family.set_options(WRITTEN_GENERATION_OPTIONS)
+        self._generations.add(generation)
         if previous is not None:
             self._seal_if_written(previous)
             self._filters.sealed()

@@ -117,12 +117,17 @@ def generation_options(
     return options
 
 
+# The generation being written keeps lz4 on its last level too: its merges rewrite that level again and
+# again, and zstd at IDS_ZSTD_LEVEL costs several times more CPU per pass; its seal writes zstd, once.
+WRITTEN_GENERATION_OPTIONS = {"bottommost_compression": "kLZ4Compression"}
+
 # A sealed generation is written no more (but for reconcile's rare repairs): its next memtables need neither
 # the newest's size nor its bloom filter, which RocksDB allocates whole with every memtable, even empty.
 SEALED_GENERATION_OPTIONS = {
     "write_buffer_size": str(4 * 1024 * 1024),
     "arena_block_size": str(MIN_ARENA_BLOCK_BYTES),
     "memtable_prefix_bloom_size_ratio": "0",
+    "bottommost_compression": "kZSTD",
 }
 
 
