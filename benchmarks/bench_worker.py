@@ -37,7 +37,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bulk_stores import linked_copy, reuse_or_prefill  # noqa: E402
+from benchmarks.bulk_stores import add_prefill_options, linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
@@ -69,14 +69,7 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="copy and dedupectl runs, alternated; the median of each is reported"
     )
-    parser.add_argument(
-        "--prefilled-ids", type=int, default=0, help="also run on stores holding this many ids in all (0: not)"
-    )
-    parser.add_argument(
-        "--prefilled-dir",
-        type=Path,
-        help="where to keep the bulk-loaded stores between invocations (reused when they match; default: scratch)",
-    )
+    add_prefill_options(parser)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 

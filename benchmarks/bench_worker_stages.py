@@ -49,7 +49,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import dedupectl.worker as worker_module  # noqa: E402
-from benchmarks.bulk_stores import linked_copy, reuse_or_prefill  # noqa: E402
+from benchmarks.bulk_stores import add_prefill_options, linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig, resolve_worker_config  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
@@ -256,14 +256,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument(
-        "--prefilled-ids", type=int, default=0, help="also time runs on stores holding this many ids in all (0: not)"
-    )
-    parser.add_argument(
-        "--prefilled-dir",
-        type=Path,
-        help="where to keep the bulk-loaded stores between invocations (reused when they match; default: scratch)",
-    )
+    add_prefill_options(parser)
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(prefix="dedupectl-bench-stages-") as scratch,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -84,6 +85,18 @@ def prefill_data_dir(data_dir: Path, topic: str, partitions: int, total: int) ->
             seed=partition,
         )
         for partition in range(partitions)
+    )
+
+
+def add_prefill_options(parser: argparse.ArgumentParser) -> None:
+    """``--prefilled-ids`` and ``--prefilled-dir``, for the worker's benchmarks."""
+    parser.add_argument(
+        "--prefilled-ids", type=int, default=0, help="also run on stores holding this many ids in all (0: not)"
+    )
+    parser.add_argument(
+        "--prefilled-dir",
+        type=Path,
+        help="where to keep the bulk-loaded stores between invocations (reused when they match; default: scratch)",
     )
 
 

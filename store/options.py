@@ -5,8 +5,9 @@ once it is sealed. That run is the last level, and it has no bloom filter (``opt
 a lookup reaches a generation only when the id filter says it may hold the id, so the run's index finds the
 one data block to read, and a filter there would only cost memory (2 bytes per id at 16 bits). The newest
 generation's upper levels and L0 files keep full 16-bit filters while it is written. Data blocks are 4 KiB,
-lz4 above the last level (data passing through) and zstd on it (data that stays): a duplicate's lookup
-decompresses one small block. Filters and indexes stay in the table readers (not in the block cache), and
+lz4 above the last level (data passing through) and zstd on it once sealed (data that stays; the generation
+being written keeps lz4 there too, since its merges rewrite that level): a duplicate's lookup decompresses
+one small block. Filters and indexes stay in the table readers (not in the block cache), and
 every table stays open (``max_open_files = -1``). Figures: docs/benchmarks.md, "Figures behind design
 choices".
 
