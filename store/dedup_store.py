@@ -684,8 +684,16 @@ class DedupStore:
 
     def build_id_filter(self, window_ids: int) -> tuple[IdFilter, FilterStamp]:
         """A new id filter of every live id sized for ``window_ids``, and a stamp of what it holds; a secondary
-        instance builds one so for its worker (``store.filter_growth``)."""
-        return self._filters.build_apart(window_ids)
+        instance builds one so for its worker (``store.filter_growth``). Raises StoreError when the writer
+        started a generation this instance did not open, under a number the stamp covers: the filter could
+        lack its ids."""
+        built = self._filters.build_apart(window_ids)
+        if not self.writable:
+            unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
+            firsts = [first for name in unseen if (first := gens.first_seq_of(name)) is not None]
+            if any(first < built[1].next_seq for first in firsts):
+                raise StoreError(f"store {self.path}: a generation started while its id filter was built")
+        return built
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so

@@ -343,3 +343,28 @@ def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(tmp_pat
         assert store._filters.current.capacity > first.capacity
         assert all(_answers_match(store, ids[: first.capacity]))
     assert "could not grow the id filter apart (the build exited with 1" in caplog.text
+
+
+def test_a_filter_built_apart_is_refused_when_the_writer_started_a_generation_the_reader_did_not_open(
+    tmp_path, short_generations
+):
+    from store.codec import decode_state
+    from store.dedup_store import META_STATE
+    from store.errors import StoreError
+
+    path, window = tmp_path / "t-0", short_generations(1_000)
+    with DedupStore.open(path, topic="t", partition=0, window_ids=window) as writer:
+        writer.contains_many([b"x"])
+        span = writer._filters.current.span
+        _record(writer, _ajs(span - 10))
+        reader = DedupStore.open_secondary(path)
+        try:
+            _record(writer, _ajs(100))  # into a new generation, which the reader does not follow
+            # what a catch-up racing the family listing sees: numbers past the generations it opened
+            reader._db.try_catch_up_with_primary()
+            reader._state = decode_state(reader._meta.get(META_STATE))
+            assert reader.state.next_seq == span + 90
+            with pytest.raises(StoreError, match="a generation started while its id filter was built"):
+                reader.build_id_filter(2 * window)
+        finally:
+            reader.close()
