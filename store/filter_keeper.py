@@ -134,16 +134,15 @@ class FilterKeeper:
             store = self._store
             filling = store.state().live_ids >= GROW_AHEAD_AT * id_filter.capacity
             if filling and store.grows() and not self._growth_failed:
-                self._growth = Growth(store.path, 2 * id_filter.capacity)
+                try:
+                    self._growth = Growth(store.path, 2 * id_filter.capacity)
+                except OSError as error:
+                    self._growth_failed_with(error)
             return
         try:
             grown = growth.poll()
         except (GrowthFailed, OSError) as error:
-            log.warning(
-                "%s: could not grow the id filter apart (%s); it is built inline when full", self._store.path, error
-            )
-            self._end_growth()
-            self._growth_failed = True
+            self._growth_failed_with(error)
             return
         if grown is not None:
             self._end_growth()
@@ -176,6 +175,11 @@ class FilterKeeper:
             identity.topic, identity.partition, source, added, time.monotonic() - started,
         )  # fmt: skip
         return id_filter
+
+    def _growth_failed_with(self, error: Exception) -> None:
+        log.warning("%s: could not grow the id filter apart (%s); built inline when full", self._store.path, error)
+        self._end_growth()
+        self._growth_failed = True
 
     def _end_growth(self) -> None:
         if self._growth is not None:

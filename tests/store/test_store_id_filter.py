@@ -330,8 +330,23 @@ def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, grow
         assert all(_answers_match(store, ids + more))
 
 
-def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(tmp_path, growing, monkeypatch, caplog):
-    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+def _cannot_start(*args, **kwargs):
+    raise OSError(11, "Resource temporarily unavailable")
+
+
+@pytest.mark.parametrize(
+    ("failure", "logged"),
+    [("exits", "(the build exited with 1"), ("cannot start", "([Errno 11] Resource temporarily unavailable)")],
+)
+def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(
+    tmp_path, growing, monkeypatch, caplog, failure, logged
+):
+    from store import filter_growth
+
+    if failure == "exits":
+        monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
+    else:
+        monkeypatch.setattr(filter_growth.subprocess, "Popen", _cannot_start)
     ids = _ajs(30_000)
     with (
         caplog.at_level("INFO", logger="store.filter_keeper"),
@@ -342,7 +357,7 @@ def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(tmp_pat
         _record_until(store, ids, lambda: store._filters.current is not first)
         assert store._filters.current.capacity > first.capacity
         assert all(_answers_match(store, ids[: first.capacity]))
-    assert "could not grow the id filter apart (the build exited with 1" in caplog.text
+    assert f"could not grow the id filter apart {logged}" in caplog.text
 
 
 def test_a_filter_built_apart_is_refused_when_the_writer_started_a_generation_the_reader_did_not_open(
