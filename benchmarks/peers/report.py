@@ -111,18 +111,27 @@ def latency_markdown(result: dict[str, Any]) -> str:
         "| transactions/s | offered (events/s) |",
         "|" + "---|" * 14,
     ]
+    options = result.get("settings", {}).get("dedupectl_options") or ()
+
+    def interval(system) -> str:
+        """When the system makes its output readable; dedupectl's batch window as it ran."""
+        if system.name == "dedupectl" and "--batch-max-ms" in options:
+            window = options[options.index("--batch-max-ms") + 1]
+            return system.commit_interval.replace("100 ms", f"{window} ms")
+        return system.commit_interval
+
     for name, figures in result["latency"].items():
         system = SYSTEMS[name]
         if "skipped" in figures:
             lines.append(f"| {name} | not run: {figures['skipped']} |" + " |" * 12)
             continue
         if "error" in figures:
-            lines.append(f"| {name} | {system.commit_interval} | failed: {_one_line(figures['error'])} |" + " |" * 11)
+            lines.append(f"| {name} | {interval(system)} | failed: {_one_line(figures['error'])} |" + " |" * 11)
             continue
         latency, check = figures["latency_ms"], figures["output_check"]
         duplicates = f"{check['duplicated_ids']:,}" + ("" if system.dedups else " (no dedup)")
         lines.append(
-            f"| {name} | {system.commit_interval} | {figures['measured_records']:,} "
+            f"| {name} | {interval(system)} | {figures['measured_records']:,} "
             f"| {_number(latency['p50'], ',.1f')} | {_number(latency['p90'], ',.1f')} "
             f"| {_number(latency['p99'], ',.1f')} | {_number(latency['max'], ',.1f')} "
             f"| {_number(figures.get('latency_ms_after_first_window', {}).get('p99'), ',.1f')} "
@@ -130,7 +139,6 @@ def latency_markdown(result: dict[str, Any]) -> str:
             f"| {figures['cpu_cores']:.2f} | {_number(_commit_rate(figures.get('report')), ',.1f')} "
             f"| {figures['producer']['rate']:,.0f} |"
         )
-    options = result.get("settings", {}).get("dedupectl_options")
     if options:
         lines += ["", f"dedupectl ran with `{' '.join(options)}` (its default otherwise)."]
     lines += ["", *_latency_target(result["latency"])]
