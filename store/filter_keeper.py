@@ -149,7 +149,9 @@ class FilterKeeper:
             taken = self._up_to_date(
                 *grown, source=f"the id filter grown apart ({grown[0].memory_bytes / 2**20:.0f} MiB)"
             )
-            if taken is not None:
+            if taken is None:  # not this store's, or outgrown meanwhile: not tried again until built inline
+                self._growth_failed_with(GrowthFailed("the filter built cannot take the ids recorded since"))
+            else:
                 self.current = taken
 
     def _up_to_date(self, id_filter: IdFilter, stamp: FilterStamp, source: str) -> IdFilter | None:
