@@ -34,7 +34,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from benchmarks.peers import paced_producer
 from benchmarks.peers.paced_producer import sent_us, stamp
 from benchmarks.peers.probes import wait_until_settled
-from benchmarks.peers.runner import Context, RunFailed, _kill_tree, _log_path, _parse_report, _processes, _start
+from benchmarks.peers.runner import (
+    Context,
+    RunFailed,
+    _kill_tree,
+    _log_path,
+    _parse_report,
+    _processes,
+    _redis_for,
+    _start,
+)
 from benchmarks.peers.systems import System
 from dedupectl.kafka_clients import create_topics
 from dedupectl.sample_events import SampleSpec, generate
@@ -71,9 +80,14 @@ def skip_reason(system: System) -> str | None:
 
 
 def latency_run(ctx: Context, system: System, load: Load) -> dict[str, Any]:
+    with _redis_for(ctx, system, "latency") as redis:  # the Redis peer's own server, as in its other runs
+        return _latency_run(ctx, system, load, redis.port if redis else 0)
+
+
+def _latency_run(ctx: Context, system: System, load: Load, redis_port: int) -> dict[str, Any]:
     names = f"{ctx.names_prefix}latency-{system.name}-"
     run_ctx = dataclasses.replace(ctx, input_topic=f"{names}in", names_prefix=names)
-    setup = dataclasses.replace(run_ctx.setup(system, "latency"), follow=True)
+    setup = dataclasses.replace(run_ctx.setup(system, "latency", redis_port), follow=True)
     create_topics(ctx.kafka, [setup.input_topic, f"{setup.input_topic}.dead-letter", setup.output_topic],
                   ctx.partitions)  # fmt: skip
     input_counts = Counter(record.key for record in generate(load.spec))
