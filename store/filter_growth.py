@@ -14,7 +14,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from store import id_filter as filters
@@ -39,8 +38,7 @@ class Growth:
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors
         )
-        self._reading: threading.Thread | None = None
-        self._read: tuple[IdFilter, FilterStamp] | None = None
+        self._reading: filters.BackgroundLoad | None = None
 
     def poll(self) -> tuple[IdFilter, FilterStamp] | None:
         """The filter built and its stamp, once the child is done and its file read; None meanwhile."""
@@ -52,18 +50,14 @@ class Growth:
                 self._errors.seek(0)
                 lines = self._errors.read().decode(errors="replace").strip().splitlines()
                 raise GrowthFailed(f"the build exited with {code}: {lines[-1] if lines else 'no message'}")
-
-            def read() -> None:
-                self._read = filters.load(self.file)
-
-            self._reading = threading.Thread(target=read, name="read-grown-id-filter", daemon=True)
-            self._reading.start()
+            self._reading = filters.BackgroundLoad(self.file, "read-grown-id-filter")
             return None
-        if self._reading.is_alive():
+        if not self._reading.done():
             return None
-        if self._read is None:
+        grown = self._reading.result()
+        if grown is None:
             raise GrowthFailed(f"the filter it wrote to {self.file} cannot be read")
-        return self._read
+        return grown
 
     def end(self) -> None:
         """Stop the child if it runs, and let its file and memory go."""
@@ -71,7 +65,7 @@ class Growth:
             self._process.kill()
             self._process.wait()
         if self._reading is not None:
-            self._reading.join()
-        self._read = None
+            self._reading.result()
+            self._reading = None
         self._errors.close()
         self.file.unlink(missing_ok=True)

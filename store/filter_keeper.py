@@ -59,8 +59,7 @@ class FilterKeeper:
         self._saving: threading.Thread | None = None
         self._save_due = False
         self._named: FilterStamp | None = None  # the stamp of the file this keeper last read back or saved
-        self._reading: threading.Thread | None = None
-        self._read: tuple[IdFilter, FilterStamp] | None = None
+        self._reading: filters.BackgroundLoad | None = None
         self._growth: Growth | None = None
         self._growth_failed = False  # not tried again until a filter is built inline
 
@@ -69,28 +68,19 @@ class FilterKeeper:
         lookup finds it in memory: a worker opens its stores on assignment, before its first batch. The file
         is checked against the store when it is used, as if read then."""
         path = self._store.path / FILTER_FILE
-        if self.current is not None or self._reading is not None or not path.exists():
-            return
-
-        def run() -> None:
-            self._read = filters.load(path)
-
-        self._reading = threading.Thread(target=run, name="read-id-filter", daemon=True)
-        self._reading.start()
+        if self.current is None and self._reading is None and path.exists():
+            self._reading = filters.BackgroundLoad(path, "read-id-filter")
 
     def _saved_file(self) -> tuple[IdFilter, FilterStamp] | None:
         """What ``read_ahead`` read (waiting for it), or the file read now."""
-        if self._reading is None:
-            return filters.load(self._store.path / FILTER_FILE)
-        self._reading.join()
-        saved, self._reading, self._read = self._read, None, None
-        return saved
+        reading, self._reading = self._reading, None
+        return filters.load(self._store.path / FILTER_FILE) if reading is None else reading.result()
 
     def close(self) -> None:
         """At close: wait for a read still running, stop a growth, and let their memory go."""
         if self._reading is not None:
-            self._reading.join()
-        self._reading = self._read = None
+            self._reading.result()
+            self._reading = None
         self._end_growth()
 
     @property

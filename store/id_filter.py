@@ -26,6 +26,7 @@ import math
 import os
 import random
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from hashlib import blake2b
@@ -326,3 +327,24 @@ def load(path: Path) -> tuple[IdFilter, FilterStamp] | None:
             return IdFilter(header["span"], table=table, group_starts=header["group_starts"]), stamp
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+class BackgroundLoad:
+    """``load(path)`` on a thread of its own: numpy reads the table without the GIL, so the store's thread goes
+    on meanwhile."""
+
+    def __init__(self, path: Path, name: str):
+        self._loaded: tuple[IdFilter, FilterStamp] | None = None
+        self._thread = threading.Thread(target=self._run, args=(path,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path) -> None:
+        self._loaded = load(path)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self) -> tuple[IdFilter, FilterStamp] | None:
+        """What ``load`` returned, waiting for it."""
+        self._thread.join()
+        return self._loaded
