@@ -118,6 +118,15 @@ _SECONDARY_OPEN_ATTEMPTS = 5
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
 
 
+def _leave_block_cache_alone(generation: Generation) -> None:
+    """Reads of a generation older than the newest do not fill the block cache: its blocks are read again only
+    as often as an old id comes back, while the newest one's are its recent duplicates. (Set on the family:
+    rocksdict's multi-get ignores a ``read_opt`` argument.)"""
+    read = ReadOptions()
+    read.fill_cache(False)
+    generation.family.set_read_options(read)
+
+
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
     """The raw identity and state values; the family object is closed so it cannot pin the DB open."""
     meta = db.get_column_family(CF_META)
@@ -237,6 +246,8 @@ class DedupStore:
             if migrated or self._legacy_ids is None
             else [self._legacy_ids]
         )
+        for generation in list(self._generations)[:-1]:
+            _leave_block_cache_alone(generation)
         self._times = db.get_column_family(CF_TIMES)
         self._meta = db.get_column_family(CF_META)
         self._times_handle = db.get_column_family_handle(CF_TIMES)
@@ -1107,6 +1118,7 @@ class DedupStore:
         generation.family.set_options(WRITTEN_GENERATION_OPTIONS)
         self._generations.add(generation)
         if previous is not None:
+            _leave_block_cache_alone(previous)
             self._seal_if_written(previous)
             self._filters.sealed()
 

@@ -4,7 +4,7 @@ The ``ids`` generations (``store.generations``) are leveled families, each compa
 once it is sealed. That run is the last level, and it has no bloom filter (``optimize_filters_for_hits``):
 a lookup reaches a generation only when the id filter says it may hold the id, so the run's index finds the
 one data block to read, and a filter there would only cost memory (2 bytes per id at 16 bits). The newest
-generation's upper levels and L0 files keep full 16-bit filters while it is written. Data blocks are 4 KiB,
+generation's upper levels and L0 files keep full 16-bit filters while it is written. Data blocks are 1 KiB,
 lz4 above the last level (data passing through) and zstd on it once sealed (data that stays; the generation
 being written keeps lz4 there too, since its merges rewrite that level): a duplicate's lookup decompresses
 one small block. Filters and indexes stay in the table readers (not in the block cache), and
@@ -49,10 +49,14 @@ LOG_FILE_BYTES = 16 * 1024 * 1024
 LOG_FILES_KEPT = 10  # the LOG is what `dedupectl compactions` and `stats` read
 STATS_DUMP_SECONDS = 300
 
-# a duplicate's lookup decompresses one block: 4 KiB costs about a quarter of 16 KiB, for a few tenths of a
-# byte per id more on disk (docs/benchmarks.md, "Figures behind design choices")
-GENERATION_BLOCK_BYTES = 4 * 1024
+# a duplicate's lookup decompresses one block, most of its cost once the store outgrows the caches: 1 KiB
+# costs well under half of 4 KiB, for about 1.4 bytes per id more on disk (docs/benchmarks.md, "Figures
+# behind design choices")
+GENERATION_BLOCK_BYTES = 1024
 GENERATION_RESTART_INTERVAL = 16
+# index entries share their keys' prefixes in runs of 16: a 1 KiB block's index then costs about what a 4 KiB
+# block's did with one entry per restart (about 0.16 bytes of memory per id, all indexes kept in memory)
+GENERATION_INDEX_RESTART_INTERVAL = 16
 
 
 def _table(cache: Cache, block_bytes: int, filtered: bool = True) -> BlockBasedOptions:
@@ -103,6 +107,7 @@ def generation_options(
     options = Options(raw_mode=True)
     table = _table(cache, GENERATION_BLOCK_BYTES, filtered)
     table.set_block_restart_interval(GENERATION_RESTART_INTERVAL)
+    table.set_index_block_restart_interval(GENERATION_INDEX_RESTART_INTERVAL)
     options.set_block_based_table_factory(table)
     options.set_compaction_style(DBCompactionStyle.level())
     options.set_level_compaction_dynamic_level_bytes(True)

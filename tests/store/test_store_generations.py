@@ -21,7 +21,7 @@ from store.aging import AgingPolicy, age_step
 from store.codec import CF_IDS, encode_ids
 from store.dedup_store import DedupStore
 from store.footprint import family_file_levels
-from store.options import seal_options
+from store.options import seal_options, shared_memory
 from store.testing import as_schema_4
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +84,29 @@ def test_a_generation_already_in_one_run_is_not_rewritten_when_the_next_starts(t
         store.record(last, [1] * len(last))
         assert store.wait_for_seals(timeout_s=60)
         assert not DedupStore._unsealed(store._generation_named(written))
+
+
+def test_lookups_in_an_older_generation_leave_the_block_cache_to_the_newest(tmp_path, short_generations):
+    # the shared cache is small: filled by blocks of old ids asked once, it would drop the newest generation's
+    rng = random.Random(5)
+    shared = shared_memory(64 * 1024 * 1024)
+    with DedupStore.open(
+        tmp_path / "events-0", topic="events", partition=0, shared=shared, window_ids=short_generations(20_000)
+    ) as store:
+        old = mixed_ids(20_000, rng.randbytes)
+        store.record(old, [1] * len(old))
+        new = mixed_ids(5_000, rng.randbytes)
+        store.record(new, [1] * len(new))  # into the next generation: the first is sealed
+        assert store.wait_for_seals(timeout_s=60)
+        store.flush()
+        assert len(store.id_families()) == 2
+        cache = shared.block_cache
+        before = cache.get_usage()
+        assert store.contains_many(old) == [True] * len(old)
+        # a few of them are the id filter's false positives for the newest generation, read into the cache
+        assert cache.get_usage() - before < 32 * 1024
+        assert store.contains_many(new) == [True] * len(new)
+        assert cache.get_usage() - before > 64 * 1024
 
 
 def test_a_secondary_sees_the_generations_a_writer_adds_after_it_opened(tmp_path, short_generations):
