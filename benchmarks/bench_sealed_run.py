@@ -1,12 +1,14 @@
 """What a duplicate's lookup costs in one sealed generation, by the generation's size and its blocks' codec.
 
     python benchmarks/bench_sealed_run.py [--sizes 1000000,10000000,40000000] [--codecs zstd12,lz4,none]
+                                          [--blocks 1024,4096]
 
-For each size N and codec, one SST file of N sorted random packed ``ajs-`` ids (18-byte keys, 4-byte sequence
-numbers as values) is written as a sealed generation is (4 KiB blocks, restart interval 16, no filter) and
-ingested into a fresh database with the store's 8 MiB block cache. Then 100,000 of its ids, at random, are
-looked up through multi-gets of 5,000 (median of 4 rounds after a first): present ids/s and bytes on disk per
-id, each with its ratio to the same codec's first size.
+For each size N, codec and data block size, one SST file of N sorted random packed ``ajs-`` ids (18-byte keys,
+4-byte sequence numbers as values) is written as a sealed generation is (the store's restart intervals, no
+filter) and ingested into a fresh database with the store's 8 MiB block cache. Then 100,000 of its ids, at
+random, are looked up through multi-gets of 5,000 (median of 4 rounds after a first), read as the store reads
+a generation older than its newest (without filling the block cache): present ids/s, bytes on disk and table
+readers' memory per id, each rate with its ratio to the same codec and block size's first size.
 
 Raw RocksDB through rocksdict, no id filter and no Python per id beyond the multi-get: what is left of a
 duplicate's lookup once the id filter has routed it to its generation, and how it grows with the run. The
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, SstFileWriter
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, ReadOptions, SstFileWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -37,6 +39,7 @@ from store.codec import AJS_PREFIX  # noqa: E402
 from store.options import (  # noqa: E402
     BLOCK_CACHE_BYTES,
     GENERATION_BLOCK_BYTES,
+    GENERATION_INDEX_RESTART_INTERVAL,
     GENERATION_RESTART_INTERVAL,
     IDS_ZSTD_LEVEL,
 )
@@ -47,10 +50,11 @@ BATCH = 5_000
 ROUNDS = 5
 
 
-def run_options(codec: str, cache: Cache) -> Options:
+def run_options(codec: str, block_bytes: int, cache: Cache) -> Options:
     table = BlockBasedOptions()
-    table.set_block_size(GENERATION_BLOCK_BYTES)
+    table.set_block_size(block_bytes)
     table.set_block_restart_interval(GENERATION_RESTART_INTERVAL)
+    table.set_index_block_restart_interval(GENERATION_INDEX_RESTART_INTERVAL)
     table.set_format_version(5)
     table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(False)
@@ -69,14 +73,14 @@ def run_options(codec: str, cache: Cache) -> Options:
     return options
 
 
-def measure(scratch: Path, size: int, codec: str) -> dict:
+def measure(scratch: Path, size: int, codec: str, block_bytes: int) -> dict:
     rng = np.random.default_rng(size)
     keys = np.unique(rng.integers(0, 256, (size, 16), dtype=np.uint8).view("V16").ravel())
     packed = [AJS_PREFIX + bytes(key) for key in keys]
     seqs = rng.permutation(len(packed)).tolist()
-    directory = scratch / f"{codec}-{size}"
+    directory = scratch / f"{codec}-{block_bytes}-{size}"
     directory.mkdir()
-    options = run_options(codec, Cache(BLOCK_CACHE_BYTES))
+    options = run_options(codec, block_bytes, Cache(BLOCK_CACHE_BYTES))
     writer = SstFileWriter(options=options)
     writer.open(str(directory / "run.sst"))
     for key, seq in zip(packed, seqs, strict=True):
@@ -86,6 +90,10 @@ def measure(scratch: Path, size: int, codec: str) -> dict:
     db = Rdict(str(directory / "db"), options=options)
     try:
         db.ingest_external_file([str(directory / "run.sst")])
+        read = ReadOptions()
+        read.fill_cache(False)  # as the store reads its older generations (store.dedup_store)
+        db.set_read_options(read)
+        index_bytes = db.property_int_value("rocksdb.estimate-table-readers-mem")
         probes = [packed[i] for i in np.random.default_rng(1).choice(len(packed), PROBES, replace=False)]
         rates = []
         for _ in range(ROUNDS):
@@ -97,13 +105,21 @@ def measure(scratch: Path, size: int, codec: str) -> dict:
     finally:
         db.close()
         shutil.rmtree(directory, ignore_errors=True)
-    return {"size": size, "codec": codec, "disk_bytes_per_id": disk, "present_per_s": statistics.median(rates[1:])}
+    return {
+        "size": size,
+        "codec": codec,
+        "block_bytes": block_bytes,
+        "disk_bytes_per_id": disk,
+        "memory_bytes_per_id": index_bytes / len(packed),
+        "present_per_s": statistics.median(rates[1:]),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1000000,10000000,40000000")
     parser.add_argument("--codecs", default="zstd12,lz4,none")
+    parser.add_argument("--blocks", default=f"{GENERATION_BLOCK_BYTES},4096", help="data block sizes, bytes")
     parser.add_argument("--scratch", type=Path, help="directory for the runs (default: a temporary one)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-sealed-", dir=args.scratch))
@@ -111,24 +127,29 @@ def main() -> None:
     try:
         for size in (int(size) for size in args.sizes.split(",")):
             for codec in args.codecs.split(","):
-                rows.append(measure(scratch, size, codec))
-                row = rows[-1]
-                console.print(
-                    f"{codec} {size:,}: {row['present_per_s'] / 1e3:.1f}k present ids/s, "
-                    f"{row['disk_bytes_per_id']:.1f} B/id"
-                )
+                for block_bytes in dict.fromkeys(int(block) for block in args.blocks.split(",")):
+                    rows.append(measure(scratch, size, codec, block_bytes))
+                    row = rows[-1]
+                    console.print(
+                        f"{codec}, {block_bytes:,} B blocks, {size:,} ids: {row['present_per_s'] / 1e3:.1f}k present "
+                        f"ids/s, {row['disk_bytes_per_id']:.1f} B/id on disk, "
+                        f"{row['memory_bytes_per_id']:.3f} in memory"
+                    )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     table = Table(title=f"one sealed run, multi-gets of {BATCH:,} held ids ({os.cpu_count()} cores)")
-    for column in ("codec", "ids in the run", "bytes on disk per id", "present ids/s", "vs the first size"):
+    columns = ("codec", "block", "ids in the run", "disk B/id", "index B/id", "present ids/s", "vs the first size")
+    for column in columns:
         table.add_column(column, justify="right")
     first = {}
     for row in rows:
-        base = first.setdefault(row["codec"], row["present_per_s"])
+        base = first.setdefault((row["codec"], row["block_bytes"]), row["present_per_s"])
         table.add_row(
             row["codec"],
+            f"{row['block_bytes']:,}",
             f"{row['size']:,}",
             f"{row['disk_bytes_per_id']:.1f}",
+            f"{row['memory_bytes_per_id']:.3f}",
             f"{row['present_per_s'] / 1e3:.1f}k",
             f"{row['present_per_s'] / base:.2f}",
         )
