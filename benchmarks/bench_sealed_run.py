@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, ReadOptions, SstFileWriter
+from rocksdict import BlockBasedOptions, Cache, DBCompressionType, Options, Rdict, SstFileWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -42,6 +42,7 @@ from store.options import (  # noqa: E402
     GENERATION_INDEX_RESTART_INTERVAL,
     GENERATION_RESTART_INTERVAL,
     IDS_ZSTD_LEVEL,
+    older_generation_reads,
 )
 
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -90,9 +91,7 @@ def measure(scratch: Path, size: int, codec: str, block_bytes: int) -> dict:
     db = Rdict(str(directory / "db"), options=options)
     try:
         db.ingest_external_file([str(directory / "run.sst")])
-        read = ReadOptions()
-        read.fill_cache(False)  # as the store reads its older generations (store.dedup_store)
-        db.set_read_options(read)
+        db.set_read_options(older_generation_reads())  # as the store reads its older generations
         index_bytes = db.property_int_value("rocksdb.estimate-table-readers-mem")
         probes = [packed[i] for i in np.random.default_rng(1).choice(len(packed), PROBES, replace=False)]
         rates = []

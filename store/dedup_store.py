@@ -102,6 +102,7 @@ from store.options import (
     WRITTEN_GENERATION_OPTIONS,
     SharedMemory,
     generation_options,
+    older_generation_reads,
     seal_options,
     store_options,
 )
@@ -119,12 +120,9 @@ _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed 
 
 
 def _leave_block_cache_alone(generation: Generation) -> None:
-    """Reads of a generation older than the newest do not fill the block cache: its blocks are read again only
-    as often as an old id comes back, while the newest one's are its recent duplicates. (Set on the family:
-    rocksdict's multi-get ignores a ``read_opt`` argument.)"""
-    read = ReadOptions()
-    read.fill_cache(False)
-    generation.family.set_read_options(read)
+    """Read a generation no longer the newest with ``older_generation_reads``, set on its family: rocksdict's
+    multi-get ignores a ``read_opt`` argument."""
+    generation.family.set_read_options(older_generation_reads())
 
 
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:

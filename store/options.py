@@ -28,6 +28,7 @@ from rocksdict import (
     DBCompressionType,
     FifoCompactOptions,
     Options,
+    ReadOptions,
     WriteBufferManager,
 )
 
@@ -49,13 +50,13 @@ LOG_FILE_BYTES = 16 * 1024 * 1024
 LOG_FILES_KEPT = 10  # the LOG is what `dedupectl compactions` and `stats` read
 STATS_DUMP_SECONDS = 300
 
-# a duplicate's lookup decompresses one block, most of its cost once the store outgrows the caches: 1 KiB
-# costs well under half of 4 KiB, for about 1.4 bytes per id more on disk (docs/benchmarks.md, "Figures
-# behind design choices")
+# a duplicate's lookup reads and decompresses one block, most of its cost once the store outgrows the caches:
+# a smaller block costs less, for a little more disk per id (docs/benchmarks.md, "Figures behind design
+# choices")
 GENERATION_BLOCK_BYTES = 1024
 GENERATION_RESTART_INTERVAL = 16
-# index entries share their keys' prefixes in runs of 16: a 1 KiB block's index then costs about what a 4 KiB
-# block's did with one entry per restart (about 0.16 bytes of memory per id, all indexes kept in memory)
+# index entries share their keys' prefixes in runs of 16: every index stays in memory, and one entry per small
+# block would cost several times more of it
 GENERATION_INDEX_RESTART_INTERVAL = 16
 
 
@@ -135,6 +136,14 @@ SEALED_GENERATION_OPTIONS = {
     "memtable_prefix_bloom_size_ratio": "0",
     "bottommost_compression": "kZSTD",
 }
+
+
+def older_generation_reads() -> ReadOptions:
+    """Reads of a generation older than the newest: they do not fill the block cache. Its blocks are read again
+    only as often as an old id comes back, while the newest one's are its recent duplicates."""
+    read = ReadOptions()
+    read.fill_cache(False)
+    return read
 
 
 def seal_options() -> CompactOptions:
