@@ -6,15 +6,14 @@
 
 Flink plans this as its keep-first-row deduplication operator, whose output is append-only. Settings, as the
 Flink documentation gives them for exactly-once Kafka output: the RocksDB state backend with incremental
-checkpoints every ``--checkpoint-ms`` (retained on cancellation, so a restarted process can restore the
-last one) with bloom filters on its SST files (``state.backend.rocksdb.use-bloom-filter``, off by default;
-Kafka Streams' stores have them) and 1 GB of managed memory for RocksDB (``taskmanager.memory.managed.size``;
-the mini-cluster's 128 MB default slows the job to a few thousand records/s past about 2M ids), the Kafka
-sink with ``sink.delivery-guarantee = exactly-once`` (one transaction per checkpoint), the source reading
-read_committed from the group's offsets (earliest when it has none), and the state TTL
-(``table.exec.state.ttl``) set to the dedup window. The messageId is extracted from the JSON value; the
-output record is keyed by it and carries the input value unchanged. Parallelism: the mini-cluster's
-default, one slot per core.
+checkpoints every ``--checkpoint-ms`` (retained on cancellation, so a restarted process can restore the last
+one) with bloom filters on its SST files (``state.backend.rocksdb.use-bloom-filter``, off by default; Kafka
+Streams' stores have them) and 1 GB of managed memory for RocksDB (``taskmanager.memory.managed.size``; the
+mini-cluster's default is too small for the state of a 10M-event run), the Kafka sink with
+``sink.delivery-guarantee = exactly-once`` (one transaction per checkpoint), the source reading read_committed
+from the group's offsets (earliest when it has none), and the state TTL (``table.exec.state.ttl``) set to the
+dedup window. The messageId is extracted from the JSON value; the output record is keyed by it and carries the
+input value unchanged. Parallelism: the mini-cluster's default, one slot per core.
 
 The source is bounded at the input's end as of the start (``scan.bounded.mode = latest-offset``), so the job
 finishes by itself: its last checkpoint commits the last transaction, then the process exits. A restart
@@ -124,8 +123,8 @@ def configuration(args: argparse.Namespace, state_dir: Path, restore: Path | Non
         "execution.checkpointing.mode": "EXACTLY_ONCE",
         "execution.checkpointing.incremental": "true",
         "state.backend.rocksdb.use-bloom-filter": "true",  # nearly every state read is of a new id
-        # RocksDB's block cache and memtables live in managed memory: the mini-cluster's 128 MB default holds the
-        # state of about 2M ids, past which each state read goes to the files and the job crawls
+        # RocksDB's block cache and memtables live in managed memory: once the state outgrows the mini-cluster's
+        # small default, each state read goes to the files (docs/benchmarks.md, "dedupectl against its peers")
         "taskmanager.memory.managed.size": "1g",
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "table.exec.state.ttl": f"{args.window_seconds} s",
