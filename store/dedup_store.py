@@ -125,6 +125,15 @@ def _leave_block_cache_alone(generation: Generation) -> None:
     generation.family.set_read_options(older_generation_reads())
 
 
+def _id_scan_reads() -> ReadOptions:
+    """A scan of a generation's ids: up to IDS_UPPER (a schema 4 family's batch markers are not ids), without
+    filling the block cache (a scan reads each block once)."""
+    read = ReadOptions()
+    read.set_iterate_upper_bound(IDS_UPPER)
+    read.fill_cache(False)
+    return read
+
+
 def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
     """The raw identity and state values; the family object is closed so it cannot pin the DB open."""
     meta = db.get_column_family(CF_META)
@@ -497,9 +506,7 @@ class DedupStore:
         cut = self._state.first_live_seq
         writer_options = generation_options(Cache(0), filtered=False)
         writers: dict[int, SstFileWriter] = {}
-        read = ReadOptions()
-        read.set_iterate_upper_bound(IDS_UPPER)  # not the batch markers
-        read.fill_cache(False)
+        read = _id_scan_reads()
         moved = 0
         try:
             for key, value in legacy.family.items(from_key=IDS_LOWER, read_opt=read):  # key order: each file's
@@ -713,9 +720,7 @@ class DedupStore:
     def _id_chunks(self, low: int, high: int) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time: one scan of each
         generation that may hold them (the id filter and the sequence view are built so)."""
-        read = ReadOptions()
-        read.set_iterate_upper_bound(IDS_UPPER)  # a schema 4 family's batch markers are not ids
-        read.fill_cache(False)
+        read = _id_scan_reads()
         keys: list[bytes] = []
         seqs: list[int] = []
         for generation in self._generations.covering(low, high):
