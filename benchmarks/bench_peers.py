@@ -12,7 +12,9 @@ its own group into its own output topic (see benchmarks/peers/):
   exactly-once app with RocksDB state and a TTL; spark: Spark Structured Streaming's
   ``dropDuplicatesWithinWatermark`` (the project's pyspark; at-least-once Kafka sink); flink: Flink's SQL
   deduplication with RocksDB state and the exactly-once Kafka sink (PyFlink, in a local mini-cluster);
-  dedupectl: ``dedupectl run``;
+  dedupectl: ``dedupectl run``, its window bounded at the run's size (``--max-keys``, as the peers' TTL is a
+  day); dedupectl-unbounded (only when named in ``--systems``): ``dedupectl run`` with no bound, so that each
+  store's id filter grows with it while it runs;
 - kstreams, kstreams-2t: a Kafka Streams exactly_once_v2 app with a RocksDB key-value store of messageIds
   (1 and 2 stream threads); java-copy: the transactional copy in Java; producer-perf, consumer-perf: Kafka's
   own ProducerPerformance and ConsumerPerformance, the ceiling (their own throughput; no crash run).
@@ -75,7 +77,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--ten-million", action="store_true", help="10M events: memory per id from 1M to 10M ids")
     parser.add_argument("--duplicates", type=float, default=0.006, help="share of duplicate events")
     parser.add_argument("--id-style", choices=["ajs", "uuid"], default="ajs")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset, in this order")
+    default_systems = ",".join(name for name, system in SYSTEMS.items() if system.by_default)
+    parser.add_argument("--systems", default=default_systems, help="comma-separated subset, in this order")
     parser.add_argument("--no-crash", action="store_true", help="skip the crash runs")
     parser.add_argument("--kill-fraction", type=float, default=0.4, help="crash when the output holds this share")
     parser.add_argument("--naive-seconds", type=float, default=20.0, help="time bound of the naive loop")
@@ -98,6 +101,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--dedupectl-batch-max-ms", type=int, help="dedupectl's --batch-max-ms (default: dedupectl's own)"
     )
+    parser.add_argument(
+        "--dedupectl-max-keys",
+        type=int,
+        help="dedupectl's --max-keys (default: the run's events, so nothing ages, as in the peers' day-long TTL; "
+        "0: no bound)",
+    )
     parser.add_argument("--no-install", action="store_true", help="do not apt-get install redis-server")
     parser.add_argument("--note", default="", help="a line for the results page (say, what else ran on the machine)")
     parser.add_argument("--scratch", type=Path, help="keep the broker, state and logs here (default: a temp dir)")
@@ -106,6 +115,10 @@ def _arguments() -> argparse.Namespace:
     args = parser.parse_args()
     if args.ten_million:
         args.count = 10_000_000
+    if args.dedupectl_max_keys is None:
+        args.dedupectl_max_keys = max(args.count, int(args.latency_rate * args.latency_seconds))
+    if args.dedupectl_max_keys < 0:
+        parser.error("--dedupectl-max-keys must be 0 (no bound) or more")
     args.systems = [name.strip() for name in args.systems.split(",") if name.strip()]
     unknown = set(args.systems) - set(SYSTEMS)
     if unknown:
@@ -191,6 +204,7 @@ def main() -> None:
             dedupectl_options=("--batch-max-ms", str(args.dedupectl_batch_max_ms))
             if args.dedupectl_batch_max_ms is not None
             else (),
+            window_ids=args.dedupectl_max_keys,
         )
         for system in [s for s in systems if s.needs_flink_env]:
             smoke = _attempt(f"{system.name}: smoke run", lambda s=system: engines.smoke(ctx, s))
@@ -240,6 +254,7 @@ def main() -> None:
             "memory_from_ids": ctx.memory_from_ids,
             "record_size": ctx.record_size,
             "dedupectl_options": list(ctx.dedupectl_options),
+            "dedupectl_max_keys": ctx.window_ids,
         },
         "clean": clean,
         "ratios": report.ratios({k: v for k, v in clean.items() if "error" not in v}),

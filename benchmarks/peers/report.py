@@ -47,6 +47,7 @@ def markdown(result: dict[str, Any]) -> str:
         "- messages/s: records consumed ÷ seconds from the system's first record consumed to its last "
         "transaction (Redis: offset commit) completed, as the system itself reports them.",
         "- dedupectl ÷ system: dedupectl's messages/s over the system's; above 1 means dedupectl is faster.",
+        _window_line(settings),
         "- duplicates / losses: ids published more than once / input ids never published, read back from the "
         "output topic with read_committed. The copy floor does not dedup: its duplicates are the input's. The "
         "naive loop is time-bounded (†): it is checked against the input its group committed.",
@@ -68,6 +69,18 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _window_line(settings: dict[str, Any]) -> str:
+    """What bounded dedupectl's window in this run: the counterpart of the peers' TTL."""
+    bound = settings.get("dedupectl_max_keys")
+    if not bound:
+        return ("- dedupectl ran with no `--max-keys`: each store's id filter is sized for twice the ids it holds "
+                "and built again, larger, as it fills (docs/store-cost-model.md, \"A write\").")  # fmt: skip
+    return (f"- dedupectl ran with `--max-keys {bound:,}` (ids per partition): a window as large as the run, as "
+            f"the peers' TTL of {settings['window_seconds'] / 3600:g} hours is; each store's id filter is sized "
+            "for it once, on the first batch. dedupectl-unbounded, when present, ran with no bound: its filters "
+            "grew with the stores.")  # fmt: skip
 
 
 def _machine_line(machine: dict[str, Any]) -> str:
@@ -115,7 +128,7 @@ def latency_markdown(result: dict[str, Any]) -> str:
 
     def interval(system) -> str:
         """When the system makes its output readable; dedupectl's batch window as it ran."""
-        if system.name == "dedupectl" and "--batch-max-ms" in options:
+        if system.is_dedupectl and "--batch-max-ms" in options:
             window = options[options.index("--batch-max-ms") + 1]
             return system.commit_interval.replace("100 ms", f"{window} ms")
         return system.commit_interval
@@ -208,7 +221,7 @@ def _targets(result: dict[str, Any]) -> list[str]:
     if "messages_per_second" not in ours:
         return []
     peers = [n for n, s in SYSTEMS.items()
-             if s.dedups and n != "dedupectl" and "messages_per_second" in clean.get(n, {})]  # fmt: skip
+             if s.dedups and not s.is_dedupectl and "messages_per_second" in clean.get(n, {})]  # fmt: skip
     slower = [n for n in peers if clean[n]["messages_per_second"] >= ours["messages_per_second"]]
     lines = ["Targets for dedupectl:", ""]
     behind = ", ".join(f"{n} by {1 - result['ratios'][n]:.0%}" for n in slower if result.get("ratios", {}).get(n))

@@ -60,6 +60,7 @@ class Context:
     count: int = 0  # input records
     record_size: int = 0  # mean input value bytes
     dedupectl_options: tuple[str, ...] = ()  # more `dedupectl run` options than the benchmark's own
+    window_ids: int = 0  # dedupectl's --max-keys (0: no bound)
 
     def setup(self, system: System, role: str, redis_port: int = 0) -> Setup:
         return Setup(
@@ -72,6 +73,7 @@ class Context:
             idle_seconds=self.idle_seconds,
             naive_seconds=self.naive_seconds,
             window_seconds=self.window_seconds,
+            window_ids=self.window_ids,
             redis_port=redis_port,
             jvm_classpath=self.jvm.classpath if self.jvm else "",
             tools_classpath=self.jvm.tools_classpath if self.jvm else "",

@@ -25,6 +25,7 @@ class Setup:
     idle_seconds: float
     naive_seconds: float
     window_seconds: int
+    window_ids: int = 0  # dedupectl's --max-keys: ids per partition its window keeps (0: no bound)
     redis_port: int = 0
     jvm_classpath: str = ""  # the JVM peers (benchmarks/peers/jvm_build.py)
     tools_classpath: str = ""  # Kafka's perf tools on the broker's jars
@@ -49,6 +50,12 @@ class System:
     tool_properties: tuple[str, ...] = ()  # a perf tool's client settings (its --*.config file)
     needs_flink_env: bool = False  # runs in benchmarks/.venv-flink with Flink's Kafka connector (flink_env)
     commit_interval: str = ""  # when its output becomes readable: what bounds its latency from below
+    bounded: bool = True  # dedupectl: its window bounded at Setup.window_ids, as the peers' TTL bounds theirs
+    by_default: bool = True  # in a run that names no --systems
+
+    @property
+    def is_dedupectl(self) -> bool:
+        return self.name.startswith("dedupectl")
 
     def command(self, s: Setup) -> list[str]:
         python = s.peers_python if self.needs_peers_env else sys.executable
@@ -65,12 +72,13 @@ class System:
         if self.name == "quix":
             return [python, str(PEERS / "quix_app.py"), *io, str(s.state_dir), "--group", s.group,
                     "--window-seconds", str(s.window_seconds), "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
-        if self.name == "dedupectl":
+        if self.is_dedupectl:
+            bound = ["--max-keys", str(s.window_ids)] if self.bounded and s.window_ids else []
             return [python, "-m", "dedupectl.cli.app", "run", "-b", s.bootstrap, "-i", s.input_topic,
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
                     "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json",
-                    *s.dedupectl_options]  # fmt: skip
+                    *bound, *s.dedupectl_options]  # fmt: skip
         java = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp"]
         if self.name.startswith("kstreams"):
             return [*java, s.jvm_classpath, "bench.peers.StreamsDedup", *io, str(s.state_dir), "--group", s.group,
@@ -99,6 +107,7 @@ class System:
         raise ValueError(self.name)
 
 
+_DEDUPECTL_COMMIT = "a transaction per batch (up to 20,000 records or 100 ms: batch_max_ms)"
 _KSTREAMS = "Kafka Streams exactly_once_v2, RocksDB store + changelog"
 _KSTREAMS_COMMIT = "a transaction every 100 ms (commit.interval.ms, the exactly-once default)"
 _JVM_SYSTEMS = (
@@ -214,7 +223,17 @@ SYSTEMS: dict[str, System] = {
             dedups=True,
             finishes=True,
             stateful_on_disk=True,
-            commit_interval="a transaction per batch (up to 20,000 records or 100 ms: batch_max_ms)",
+            commit_interval=_DEDUPECTL_COMMIT,
+        ),
+        System(
+            "dedupectl-unbounded",
+            "exactly-once, RocksDB store, no --max-keys: its id filter grows with it",
+            dedups=True,
+            finishes=True,
+            stateful_on_disk=True,
+            commit_interval=_DEDUPECTL_COMMIT,
+            bounded=False,
+            by_default=False,
         ),
         *_JVM_SYSTEMS,
     )

@@ -29,7 +29,7 @@ from peers_context import tiny_run_context  # noqa: E402
 from benchmarks.peers import env  # noqa: E402
 from benchmarks.peers.jvm_build import jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, clean_run  # noqa: E402
-from benchmarks.peers.systems import SYSTEMS, System  # noqa: E402
+from benchmarks.peers.systems import SYSTEMS, Setup, System  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate  # noqa: E402
 
 SPEC = SampleSpec(3_000, duplicate_ratio=0.02)
@@ -49,6 +49,7 @@ def context(kafka_broker, broker_kafka_version: str, tmp_path_factory: pytest.Te
         broker_data_dir=kafka_broker.state_dir / "data",
         count=SPEC.count,
         record_size=round(record_bytes / SPEC.count),
+        window_ids=SPEC.count,
     )
 
 
@@ -77,7 +78,21 @@ def _context_for(system: System, request: pytest.FixtureRequest) -> Context:
     return dataclasses.replace(context, **changes)
 
 
-@pytest.mark.parametrize("name", ["naive", "redis", "quix", "dedupectl", "kstreams", "kstreams-2t"])
+def test_dedupectl_runs_bounded_at_the_window_unless_unbounded(tmp_path: Path) -> None:
+    setup = Setup("127.0.0.1:1", "in", "out", "group", tmp_path, "", 1.0, 2.0, 3600, window_ids=SPEC.count)
+
+    bounded = SYSTEMS["dedupectl"].command(setup)
+    unbounded = SYSTEMS["dedupectl-unbounded"].command(setup)
+    no_window = SYSTEMS["dedupectl"].command(dataclasses.replace(setup, window_ids=0))
+
+    assert bounded[bounded.index("--max-keys") + 1] == str(SPEC.count)
+    assert "--max-keys" not in unbounded and "--max-keys" not in no_window
+    assert [s.name for s in SYSTEMS.values() if not s.by_default] == ["dedupectl-unbounded"]
+
+
+@pytest.mark.parametrize(
+    "name", ["naive", "redis", "quix", "dedupectl", "dedupectl-unbounded", "kstreams", "kstreams-2t"]
+)
 def test_dedup_stage_publishes_each_id_once(request: pytest.FixtureRequest, name: str) -> None:
     system = SYSTEMS[name]
     context = _context_for(system, request)
