@@ -226,7 +226,8 @@ def _targets(result: dict[str, Any]) -> list[str]:
     lines = ["Targets for dedupectl:", ""]
     behind = ", ".join(f"{n} by {1 - result['ratios'][n]:.0%}" for n in slower if result.get("ratios", {}).get(n))
     throughput = "yes" if not slower else f"no (behind {behind or ', '.join(slower)})"
-    lines.append(f"- ahead of every peer ({', '.join(peers)}) on throughput: {throughput}")
+    if peers:
+        lines.append(f"- ahead of every peer ({', '.join(peers)}) on throughput: {throughput}")
     for floor, label, target in (("copy", "Python", 0.9), ("java-copy", "Java", None)):
         ratio = result.get("ratios", {}).get(floor)
         if ratio and target:
