@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.peers import flink_env
@@ -107,7 +107,14 @@ class System:
         raise ValueError(self.name)
 
 
-_DEDUPECTL_COMMIT = "a transaction per batch (up to 20,000 records or 100 ms: batch_max_ms)"
+_DEDUPECTL = System(
+    "dedupectl",
+    "exactly-once, RocksDB store",
+    dedups=True,
+    finishes=True,
+    stateful_on_disk=True,
+    commit_interval="a transaction per batch (up to 20,000 records or 100 ms: batch_max_ms)",
+)
 _KSTREAMS = "Kafka Streams exactly_once_v2, RocksDB store + changelog"
 _KSTREAMS_COMMIT = "a transaction every 100 ms (commit.interval.ms, the exactly-once default)"
 _JVM_SYSTEMS = (
@@ -217,21 +224,11 @@ SYSTEMS: dict[str, System] = {
             needs_flink_env=True,
             commit_interval="a transaction per checkpoint, every 1 s",
         ),
-        System(
-            "dedupectl",
-            "exactly-once, RocksDB store",
-            dedups=True,
-            finishes=True,
-            stateful_on_disk=True,
-            commit_interval=_DEDUPECTL_COMMIT,
-        ),
-        System(
-            "dedupectl-unbounded",
-            "exactly-once, RocksDB store, no --max-keys: its id filter grows with it",
-            dedups=True,
-            finishes=True,
-            stateful_on_disk=True,
-            commit_interval=_DEDUPECTL_COMMIT,
+        _DEDUPECTL,
+        replace(
+            _DEDUPECTL,
+            name="dedupectl-unbounded",
+            guarantee="exactly-once, RocksDB store, no --max-keys: its id filter grows with it",
             bounded=False,
             by_default=False,
         ),
