@@ -271,14 +271,14 @@ def test_a_filter_read_ahead_at_open_is_not_used_once_ids_were_put_back_before_t
         assert not any(_answers_match(store, _ajs(1_000)))
 
 
-def _record_until(store: DedupStore, ids: list[bytes], done, timeout_s: float = 60.0) -> int:
-    """Record ``ids`` a hundred at a time, pausing between, until ``done()``; returns how many were recorded."""
+def _record_until(store: DedupStore, ids: list[bytes], done, timeout_s: float = 60.0, step: int = 100) -> int:
+    """Record ``ids`` ``step`` at a time, pausing between, until ``done()``; returns how many were recorded."""
     deadline = time.monotonic() + timeout_s
     at = 0
     while not done():
         assert time.monotonic() < deadline and at < len(ids), "not done in time"
-        store.record(ids[at : at + 100], list(range(at, at + 100)))
-        at += 100
+        store.record(ids[at : at + step], list(range(at, at + step)))
+        at += step
         time.sleep(0.02)
     return at
 
@@ -325,7 +325,8 @@ def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, grow
         assert store.place(lost, list(range(600, 610))) == list(range(500, 510))
         assert store._filters._growth is not growth
         more = _ajs(2_000)
-        recorded = _record_until(store, more, lambda: store._filters.current is not first)
+        # a few ids at a time: the child building the next filter gets seconds, not a fraction, on a busy machine
+        recorded = _record_until(store, more, lambda: store._filters.current is not first, step=10)
         _record(store, more[recorded:], start_ms=100_000)
         assert all(_answers_match(store, ids + more))
 
