@@ -178,8 +178,8 @@ class IdFilter:
         groups = ((seqs // self.span) % GROUPS).astype(np.uint16)
         entries = (fingerprints << np.uint16(GROUP_BITS)) | groups
         table = self.table
-        free_first = (table[first] == 0).sum(axis=1)
-        free_second = (table[second] == 0).sum(axis=1)
+        free_first = (table.take(first, axis=0) == 0).sum(axis=1)
+        free_second = (table.take(second, axis=0) == 0).sum(axis=1)
         emptier = np.where(free_second > free_first, second, first)
         fuller = np.where(free_second > free_first, first, second)
         left = self._place(np.arange(hashes.size), emptier, entries)
@@ -194,7 +194,7 @@ class IdFilter:
         chosen, buckets = chosen[order], buckets[order]
         starts = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
         rank = np.arange(buckets.size) - np.repeat(starts, np.diff(np.r_[starts, buckets.size]))
-        empty = self.table[buckets] == 0
+        empty = self.table.take(buckets, axis=0) == 0
         fits = rank < empty.sum(axis=1)
         slot = np.argmax(np.cumsum(empty, axis=1) > rank[:, None], axis=1)
         self.table[buckets[fits], slot[fits]] = entries[chosen[fits]]
@@ -225,10 +225,16 @@ class IdFilter:
         # each of the four 16-bit lanes of a word is a slot: XOR with the fingerprint in every lane leaves a
         # zero lane where it matches (an empty slot never does: fingerprints are not 0)
         wanted = (fingerprints.astype(np.uint64) << np.uint64(GROUP_BITS)) * _LANES
-        words = np.concatenate((self._words[first], self._words[second]), axis=1) & _FINGERPRINT_LANES
+        words = self._both_buckets(self._words, first, second) & _FINGERPRINT_LANES
         words ^= wanted[:, None]
         zero_lane = (words - _LANES) & ~words & _LANE_TOPS
         return np.bitwise_or.reduce(zero_lane, axis=1) != 0
+
+    @staticmethod
+    def _both_buckets(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        """Each id's two buckets side by side, as one row: one ``take`` (several times faster than fancy
+        indexing with ``rows[first]``, and no copy to join the two)."""
+        return rows.take(np.stack((first, second), axis=1), axis=0).reshape(first.size, -1)
 
     def group_masks(self, hashes: np.ndarray) -> np.ndarray:
         """For each hash, a bit per group whose entries match its fingerprint (0: the store certainly does not
@@ -238,7 +244,7 @@ class IdFilter:
         if maybe.size == 0:
             return masks
         fingerprints, first, second = self._parts(hashes[maybe])
-        slots = np.concatenate((self.table[first], self.table[second]), axis=1)
+        slots = self._both_buckets(self.table, first, second)
         matches = (slots >> np.uint16(GROUP_BITS)) == fingerprints[:, None]  # an empty slot (0) never matches
         bits = np.where(matches, np.left_shift(np.uint16(1), slots & _GROUP_MASK), np.uint16(0))
         masks[maybe] = np.bitwise_or.reduce(bits, axis=1)
