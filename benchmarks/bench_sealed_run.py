@@ -1,14 +1,16 @@
 """What a duplicate's lookup costs in one sealed generation, by the generation's size and its blocks' codec.
 
     python benchmarks/bench_sealed_run.py [--sizes 1000000,10000000,40000000] [--codecs zstd12,lz4,none]
-                                          [--blocks 1024,4096]
+                                          [--blocks 1024,4096] [--index-restarts 16,4] [--mmap-reads]
 
 For each size N, codec and data block size, one SST file of N sorted random packed ``ajs-`` ids (18-byte keys,
 4-byte sequence numbers as values) is written as a sealed generation is (the store's restart intervals, no
-filter) and ingested into a fresh database with the store's 8 MiB block cache. Then 100,000 of its ids, at
-random, are looked up through multi-gets of 5,000 (median of 4 rounds after a first), read as the store reads
-a generation older than its newest (without filling the block cache): present ids/s, bytes on disk and table
-readers' memory per id, each rate with its ratio to the same codec and block size's first size.
+filter; ``--index-restarts`` tries others for the index) and ingested into a fresh database with the store's
+8 MiB block cache, read through ``pread`` as the store reads (``--mmap-reads``: through a mapping). Then 100,000
+of its ids, at random, are looked up through multi-gets of 5,000 (median of 4 rounds after a first), read as
+the store reads a generation older than its newest (without filling the block cache): present ids/s, bytes on
+disk and table readers' memory per id, each rate with its ratio to the first size of the same codec, block size
+and index restart interval.
 
 Raw RocksDB through rocksdict, no id filter and no Python per id beyond the multi-get: what is left of a
 duplicate's lookup once the id filter has routed it to its generation, and how it grows with the run. The
@@ -24,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -51,11 +54,11 @@ BATCH = 5_000
 ROUNDS = 5
 
 
-def run_options(codec: str, block_bytes: int, cache: Cache) -> Options:
+def run_options(codec: str, block_bytes: int, cache: Cache, index_restarts: int, mmap_reads: bool) -> Options:
     table = BlockBasedOptions()
     table.set_block_size(block_bytes)
     table.set_block_restart_interval(GENERATION_RESTART_INTERVAL)
-    table.set_index_block_restart_interval(GENERATION_INDEX_RESTART_INTERVAL)
+    table.set_index_block_restart_interval(index_restarts)
     table.set_format_version(5)
     table.set_block_cache(cache)
     table.set_cache_index_and_filter_blocks(False)
@@ -71,17 +74,18 @@ def run_options(codec: str, block_bytes: int, cache: Cache) -> Options:
     else:
         raise SystemExit(f"unknown codec {codec!r}: zstd12, lz4 or none")
     options.create_if_missing(True)
+    options.set_allow_mmap_reads(mmap_reads)
     return options
 
 
-def measure(scratch: Path, size: int, codec: str, block_bytes: int) -> dict:
+def measure(scratch: Path, size: int, codec: str, block_bytes: int, index_restarts: int, mmap_reads: bool) -> dict:
     rng = np.random.default_rng(size)
     keys = np.unique(rng.integers(0, 256, (size, 16), dtype=np.uint8).view("V16").ravel())
     packed = [AJS_PREFIX + bytes(key) for key in keys]
     seqs = rng.permutation(len(packed)).tolist()
-    directory = scratch / f"{codec}-{block_bytes}-{size}"
+    directory = scratch / f"{codec}-{block_bytes}-{index_restarts}-{size}"
     directory.mkdir()
-    options = run_options(codec, block_bytes, Cache(BLOCK_CACHE_BYTES))
+    options = run_options(codec, block_bytes, Cache(BLOCK_CACHE_BYTES), index_restarts, mmap_reads)
     writer = SstFileWriter(options=options)
     writer.open(str(directory / "run.sst"))
     for key, seq in zip(packed, seqs, strict=True):
@@ -108,6 +112,7 @@ def measure(scratch: Path, size: int, codec: str, block_bytes: int) -> dict:
         "size": size,
         "codec": codec,
         "block_bytes": block_bytes,
+        "index_restarts": index_restarts,
         "disk_bytes_per_id": disk,
         "memory_bytes_per_id": index_bytes / len(packed),
         "present_per_s": statistics.median(rates[1:]),
@@ -119,6 +124,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000,40000000")
     parser.add_argument("--codecs", default="zstd12,lz4,none")
     parser.add_argument("--blocks", default=f"{GENERATION_BLOCK_BYTES},4096", help="data block sizes, bytes")
+    parser.add_argument(
+        "--index-restarts", default=str(GENERATION_INDEX_RESTART_INTERVAL), help="index block restart intervals"
+    )
+    parser.add_argument("--mmap-reads", action="store_true", help="read the run through a mapping, not pread")
     parser.add_argument("--scratch", type=Path, help="directory for the runs (default: a temporary one)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-sealed-", dir=args.scratch))
@@ -126,26 +135,41 @@ def main() -> None:
     try:
         for size in (int(size) for size in args.sizes.split(",")):
             for codec in args.codecs.split(","):
-                for block_bytes in dict.fromkeys(int(block) for block in args.blocks.split(",")):
-                    rows.append(measure(scratch, size, codec, block_bytes))
+                for block_bytes, restarts in product(
+                    dict.fromkeys(int(block) for block in args.blocks.split(",")),
+                    dict.fromkeys(int(interval) for interval in args.index_restarts.split(",")),
+                ):
+                    rows.append(measure(scratch, size, codec, block_bytes, restarts, args.mmap_reads))
                     row = rows[-1]
                     console.print(
-                        f"{codec}, {block_bytes:,} B blocks, {size:,} ids: {row['present_per_s'] / 1e3:.1f}k present "
+                        f"{codec}, {block_bytes:,} B blocks, index restarts {restarts}, {size:,} ids: "
+                        f"{row['present_per_s'] / 1e3:.1f}k present "
                         f"ids/s, {row['disk_bytes_per_id']:.1f} B/id on disk, "
                         f"{row['memory_bytes_per_id']:.3f} in memory"
                     )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    table = Table(title=f"one sealed run, multi-gets of {BATCH:,} held ids ({os.cpu_count()} cores)")
-    columns = ("codec", "block", "ids in the run", "disk B/id", "index B/id", "present ids/s", "vs the first size")
+    reads = "a mapping" if args.mmap_reads else "pread"
+    table = Table(title=f"one sealed run, multi-gets of {BATCH:,} held ids through {reads} ({os.cpu_count()} cores)")
+    columns = (
+        "codec",
+        "block",
+        "index restarts",
+        "ids in the run",
+        "disk B/id",
+        "index B/id",
+        "present ids/s",
+        "vs the first size",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     first = {}
     for row in rows:
-        base = first.setdefault((row["codec"], row["block_bytes"]), row["present_per_s"])
+        base = first.setdefault((row["codec"], row["block_bytes"], row["index_restarts"]), row["present_per_s"])
         table.add_row(
             row["codec"],
             f"{row['block_bytes']:,}",
+            str(row["index_restarts"]),
             f"{row['size']:,}",
             f"{row['disk_bytes_per_id']:.1f}",
             f"{row['memory_bytes_per_id']:.3f}",
