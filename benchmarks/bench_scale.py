@@ -14,7 +14,9 @@ against a reference store of 1M ids built the same way and kept open in the same
   shared machine hits both alike (median of 5 rounds; the ratio is the median of the rounds' ratios). The
   same ids also go to the grown store's RocksDB directly (``contains_keys_in_db``: no id filter), in the
   same turns: what the filter saves at each size;
-- present lookups: 20,000 ids drawn from those the store holds, the same way;
+- present lookups: 100,000 ids drawn from those the store holds, the same way;
+- recent present lookups: 100,000 ids drawn from the last 100,000 each store recorded, the same way: a worker's
+  duplicates are mostly retries of what it published shortly before (not measured in a bulk-loaded store);
 - the ``ids`` family's SST files, bytes on disk per id (the whole directory), and this process's RSS growth per
   id since the 1M point (read with memtables empty, merges settled and free heap pages returned). The id
   filter is allocated whole on the first lookup, so it is not in that growth: its bytes per id of the window
@@ -23,9 +25,9 @@ against a reference store of 1M ids built the same way and kept open in the same
   batches that keeps the store at its size (p99 batch latency of each, and their ratio).
 
 With ``--bulk-load-ids N``, a store of N random ids is then made by bulk load (``benchmarks/bulk_stores.py``,
-as ``dedupectl rebuild`` makes one; 10M ids per file), opened as a worker opens its store, and measured the
-same way against the same 1M-id store, with the memory its open took per id (RocksDB's table readers and the
-id filter). N = 1,000,000,000 needs about 25 GB of disk and most of an hour.
+as ``dedupectl rebuild`` makes one; ``--bulk-bucket-ids`` per file, 10M by default), opened as a worker opens its
+store, and measured the same way against the same 1M-id store, with the memory its open took per id (RocksDB's
+table readers and the id filter). N = 1,000,000,000 needs about 25 GB of disk and most of an hour.
 
 Prints the curve with ratios against the 1M point and against the reference store, and writes the figures
 to ``--out``. ``--max-ids 10000000`` is a run of a few minutes; 100M ids takes most of an hour on two cores.
@@ -73,10 +75,12 @@ from store.options import shared_memory  # noqa: E402
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
 ABSENT_SAMPLE = 200_000
-PRESENT_SAMPLE = 20_000
+PRESENT_SAMPLE = 100_000
+RECENT_IDS = 100_000
 ROUNDS = 5
 AGING_BATCHES = 200
-BULK_LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=10_000_000)
+BULK_BATCH_IDS = 10_000
+BULK_BUCKET_IDS = 10_000_000
 BULK_PRESENT_BUCKETS = 5  # present ids are drawn from this many buckets spread over the store
 
 
@@ -149,6 +153,7 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
     holds (default: drawn from those ``grow`` recorded)."""
     state = store.state
     rng = random.Random(state.next_seq)
+    drawn_from_grown = present_ids is None
     if present_ids is None:
         present_ids = [message_id(rng.randrange(state.first_live_seq, state.next_seq)) for _ in range(PRESENT_SAMPLE)]
     ref_drawn = [rng.randrange(REFERENCE_IDS) for _ in range(PRESENT_SAMPLE)]
@@ -176,6 +181,20 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
         batch,
         2,
     )
+    recent = {}
+    if drawn_from_grown:
+        mine = [message_id(rng.randrange(state.next_seq - RECENT_IDS, state.next_seq)) for _ in range(PRESENT_SAMPLE)]
+        theirs = [message_id(rng.randrange(REFERENCE_IDS - RECENT_IDS, REFERENCE_IDS)) for _ in range(PRESENT_SAMPLE)]
+        recent = turn_rates(
+            {
+                "store": (store.contains_many, lambda: list(mine)),
+                "reference": (reference.contains_many, lambda: list(theirs)),
+            },
+            PRESENT_SAMPLE,
+            batch,
+            3,
+        )
+        assert all(store.contains_many(mine[:batch]))
     assert not any(store.contains_many(absent()[:batch]))
     assert all(store.contains_many(present_ids[:batch]))
     return {
@@ -188,6 +207,7 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
         "filter_bytes": store.filter_bytes,
         "absent": absent_rates,
         "present": present_rates,
+        "recent": recent,
     }
 
 
@@ -196,6 +216,12 @@ def main() -> None:
     parser.add_argument("--max-ids", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
     parser.add_argument("--bulk-load-ids", type=int, default=0, help="also measure a bulk-loaded store of N ids")
+    parser.add_argument(
+        "--bulk-bucket-ids",
+        type=int,
+        default=BULK_BUCKET_IDS,
+        help=f"ids per bulk-loaded file, a multiple of {BULK_BATCH_IDS:,}",
+    )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale.json")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown to this file")
@@ -246,7 +272,8 @@ def main() -> None:
             bulk = None
             if args.bulk_load_ids:
                 store.close()  # its memory would blur what the bulk-loaded store's open takes
-                bulk = measure_bulk(scratch, reference, args.bulk_load_ids, args.batch, progress, task)
+                layout = LoadLayout(batch_ids=BULK_BATCH_IDS, bucket_ids=args.bulk_bucket_ids)
+                bulk = measure_bulk(scratch, reference, args.bulk_load_ids, layout, args.batch, progress, task)
                 console.print(_bulk_line(bulk))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -273,7 +300,9 @@ def main() -> None:
         args.markdown.write_text(markdown(result))
 
 
-def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, progress: Progress, task) -> dict:
+def measure_bulk(
+    scratch: Path, reference: DedupStore, count: int, layout: LoadLayout, batch: int, progress: Progress, task
+) -> dict:
     """Bulk load a store of ``count`` ids, open it as a worker does, and measure it against ``reference``."""
     path = scratch / "bulk-0"
     window = count + count // 20
@@ -283,7 +312,7 @@ def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, p
         topic="bulk",
         partition=0,
         count=count,
-        layout=BULK_LAYOUT,
+        layout=layout,
         seed=5,
         window_ids=window,
         on_bucket=lambda done: progress.update(task, completed=done),
@@ -297,18 +326,20 @@ def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, p
         open_seconds = time.perf_counter() - opened
         release_free_memory()
         memory = rss_bytes() - before
-        buckets = -(-count // BULK_LAYOUT.bucket_ids)
+        buckets = -(-count // layout.bucket_ids)
         chosen = sorted(
             {round(k * (buckets - 1) / max(BULK_PRESENT_BUCKETS - 1, 1)) for k in range(BULK_PRESENT_BUCKETS)}
         )
         rng = random.Random(5)
         present = []
         for bucket in chosen:
-            size = min(BULK_LAYOUT.bucket_ids, count - bucket * BULK_LAYOUT.bucket_ids)
+            size = min(layout.bucket_ids, count - bucket * layout.bucket_ids)
             present += rng.sample(bucket_ids(5, bucket, size).tolist(), PRESENT_SAMPLE // len(chosen))
         figures = measure(store, reference, batch, present)
         figures.update(
             load_seconds=load_seconds,
+            bucket_ids=layout.bucket_ids,
+            generation_ids=store.generation_ids(),
             open_seconds=open_seconds,
             memory_per_id=memory / count,
             filter_bytes_per_window_id=store.filter_bytes / window,
@@ -316,10 +347,17 @@ def measure_bulk(scratch: Path, reference: DedupStore, count: int, batch: int, p
     return figures
 
 
+def _layout(figures: dict) -> str:
+    if "bucket_ids" not in figures:  # results written before the layout was recorded
+        return ""
+    return f", files of {figures['bucket_ids']:,} ids, generations of {figures['generation_ids']:,} numbers"
+
+
 def _bulk_line(figures: dict) -> str:
     return (
-        f"bulk-loaded {figures['live_ids']:,} ids (in {figures['load_seconds']:.0f}s): {figures['ids_files']} ids "
-        f"files, {figures['bytes_per_id']:.1f} B/id, opened in {figures['open_seconds']:.1f}s taking "
+        f"bulk-loaded {figures['live_ids']:,} ids (in {figures['load_seconds']:.0f}s{_layout(figures)}): "
+        f"{figures['ids_files']} ids files, {figures['bytes_per_id']:.1f} B/id, "
+        f"opened in {figures['open_seconds']:.1f}s taking "
         f"{figures['memory_per_id']:.2f} B/id of memory; absent {figures['absent']['per_s'] / 1e6:.2f}M/s "
         f"({figures['absent']['ratio_vs_reference']:.2f}x the 1M store; without the filter "
         f"{figures['absent']['without_filter_per_s'] / 1e6:.2f}M/s), "
@@ -338,8 +376,8 @@ def markdown(result: dict) -> str:
         "",
         "| ids held | ids files | bytes on disk per id | RSS growth per id | absent ids/s | vs the 1M point "
         "| vs the 1M store | absent ids/s without the id filter | present ids/s | vs the 1M point | vs the 1M store "
-        "| aging p99 ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| recent present ids/s | vs the 1M store | aging p99 ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in result["curve"]:
         growth = f.get("rss_growth_per_id")
@@ -349,7 +387,7 @@ def markdown(result: dict) -> str:
             f"{f['absent']['ratio_vs_first_point']:.2f} | {f['absent']['ratio_vs_reference']:.2f} | "
             f"{f['absent'].get('without_filter_per_s', 0) / 1e6:.2f}M | {f['present']['per_s'] / 1e3:.1f}k | "
             f"{f['present']['ratio_vs_first_point']:.2f} | {f['present']['ratio_vs_reference']:.2f} | "
-            f"{f['aging']['p99_ratio']:.2f} |"
+            f"{' | '.join(_recent_cells(f))} | {f['aging']['p99_ratio']:.2f} |"
         )
     lines += [
         "",
@@ -360,12 +398,20 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _recent_cells(figures: dict) -> tuple[str, str]:
+    recent = figures.get("recent")  # absent from results written before it was measured
+    if not recent:
+        return "-", "-"
+    return f"{recent['per_s'] / 1e3:.1f}k", f"{recent['ratio_vs_reference']:.2f}"
+
+
 def _line(figures: dict, first: dict) -> str:
     return (
         f"{figures['live_ids']:,} ids: {figures['ids_files']} ids files, {figures['bytes_per_id']:.1f} B/id, "
         f"absent {figures['absent']['per_s'] / 1e6:.2f}M/s ({figures['absent']['ratio_vs_reference']:.2f}x the 1M "
         f"store), present {figures['present']['per_s'] / 1e3:.1f}k/s "
-        f"({figures['present']['ratio_vs_reference']:.2f}x), aging p99 ratio {figures['aging']['p99_ratio']:.2f}"
+        f"({figures['present']['ratio_vs_reference']:.2f}x), recent present {_recent_cells(figures)[0]}/s "
+        f"({_recent_cells(figures)[1]}x), aging p99 ratio {figures['aging']['p99_ratio']:.2f}"
     )
 
 
@@ -382,6 +428,8 @@ def report(result: dict) -> None:
         "absent, no filter",
         "present ids/s",
         "vs 1M point",
+        "vs 1M store",
+        "recent present",
         "vs 1M store",
         "aging p99 ratio",
     ):
@@ -400,6 +448,7 @@ def report(result: dict) -> None:
             f"{f['present']['per_s'] / 1e3:.1f}k",
             f"{f['present']['ratio_vs_first_point']:.2f}",
             f"{f['present']['ratio_vs_reference']:.2f}",
+            *_recent_cells(f),
             f"{f['aging']['p99_ratio']:.2f}",
         )
     console.print(table)
