@@ -52,6 +52,20 @@ def test_absent_ids_pass_at_about_the_stated_rate():
     assert passed <= 1.5 * FALSE_POSITIVE_RATE
 
 
+def test_a_batch_is_answered_as_each_id_alone_reading_its_two_buckets():
+    span = 5_000
+    id_filter, held = _filled(_ajs(GROUPS * span), span)
+    hashes = np.concatenate((held[::37], key_hashes(encode_ids(_ajs(20_000)))))
+    fingerprints, first, second = id_filter._parts(hashes)
+    expected = []
+    for fingerprint, one, other in zip(fingerprints.tolist(), first.tolist(), second.tolist(), strict=True):
+        entries = [int(entry) for bucket in (one, other) for entry in id_filter.table[bucket]]
+        expected.append(sum({1 << (entry % GROUPS) for entry in entries if entry and entry // GROUPS == fingerprint}))
+    assert id_filter.group_masks(hashes).tolist() == expected
+    assert id_filter.may_hold(hashes).tolist() == [mask != 0 for mask in expected]
+    assert all(expected[: held[::37].size])
+
+
 def test_hashes_are_the_same_in_every_process_and_for_a_key_alone_or_in_a_mixed_batch():
     keys = encode_ids(mixed_ids(400))
     together = key_hashes(keys)
