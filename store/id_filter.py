@@ -234,7 +234,7 @@ class IdFilter:
     def _both_buckets(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
         """Each id's two buckets side by side, as one row: one ``take`` (several times faster than fancy
         indexing with ``rows[first]``, and no copy to join the two)."""
-        return rows.take(np.stack((first, second), axis=1), axis=0).reshape(first.size, -1)
+        return rows.take(np.stack((first, second), axis=1), axis=0).reshape(first.size, 2 * rows.shape[1])
 
     def group_masks(self, hashes: np.ndarray) -> np.ndarray:
         """For each hash, a bit per group whose entries match its fingerprint (0: the store certainly does not
