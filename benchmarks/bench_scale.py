@@ -27,7 +27,9 @@ against a reference store of 1M ids built the same way and kept open in the same
 With ``--bulk-load-ids N``, a store of N random ids is then made by bulk load (``benchmarks/bulk_stores.py``,
 as ``dedupectl rebuild`` makes one; ``--bulk-bucket-ids`` per file, 10M by default), opened as a worker opens its
 store, and measured the same way against the same 1M-id store, with the memory its open took per id (RocksDB's
-table readers and the id filter). N = 1,000,000,000 needs about 25 GB of disk and most of an hour.
+table readers and the id filter). N = 1,000,000,000 needs about 25 GB of disk and about an hour and a half on
+two cores, where the page cache can hold the store; where it cannot, the lookups read the disk and take far
+longer.
 
 Prints the curve with ratios against the 1M point and against the reference store, and writes the figures
 to ``--out``. ``--max-ids 10000000`` is a run of a few minutes; 100M ids takes 10-20 minutes on two cores.

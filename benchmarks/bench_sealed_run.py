@@ -132,11 +132,12 @@ def measure(scratch: Path, size: int, variant: Variant, generations: int, mmap_r
         picker = np.random.default_rng(1)
         owners = picker.integers(0, generations, PROBES)
         probes: list[bytes] = [b""] * PROBES
-        disk = index_bytes = 0
+        disk = index_bytes = ids = 0
         for number in range(generations):
             run = directory / f"run-{number}.sst"
             packed = write_run(run, options, size // generations, seed=size * 1000 + number)
             disk += run.stat().st_size
+            ids += len(packed)
             family = db.create_column_family(f"generation-{number}", options)
             family.ingest_external_file([str(run)])
             family.set_read_options(older_generation_reads())  # as the store reads its older generations
@@ -170,8 +171,8 @@ def measure(scratch: Path, size: int, variant: Variant, generations: int, mmap_r
     return {
         "size": size,
         "variant": variant,
-        "disk_bytes_per_id": disk / size,
-        "memory_bytes_per_id": index_bytes / size,
+        "disk_bytes_per_id": disk / ids,
+        "memory_bytes_per_id": index_bytes / ids,
         "present_per_s": statistics.median(rates[1:]),
     }
 
