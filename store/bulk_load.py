@@ -10,7 +10,8 @@ sequence is cut into batches (what a worker transaction records at most) and the
 
 - ``ids``: each file holds one stretch of consecutive sequence numbers, with no bloom filter (as a sealed
   generation's run has none); ``ingest`` puts the files of each generation's stretch into its family
-  (``store.generations``) and compacts a generation of several files into one run.
+  (``store.generations``; a file that reaches into the next stretch is cut where it starts) and compacts a
+  generation of several files into one run.
 - ``times``: one key per batch, the batch's first sequence number; its timestamps and digest, as ``record``
   writes them.
 
@@ -21,6 +22,7 @@ which is checked, and sorted here only when the codec's encoding does not keep t
 
 from __future__ import annotations
 
+import bisect
 import operator
 import os
 from collections import deque
@@ -30,7 +32,7 @@ from itertools import islice, pairwise
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Cache, IngestExternalFileOptions, SstFileWriter
+from rocksdict import Cache, IngestExternalFileOptions, Rdict, SstFileWriter
 
 from store.codec import (
     CF_TIMES,
@@ -254,14 +256,7 @@ def ingest(
         options.set_move_files(True)  # a rename (hard link), not a copy
         store.write_state(state)  # first: the generations' stretch follows from the ids held
         if ordered:
-            # a generation starts at the first bucket of its stretch: a bucket is never split between two
-            stretch = store.generation_ids()
-            by_generation: dict[int, list[BucketFiles]] = {}
-            for files in ordered:
-                by_generation.setdefault(files.first_seq // stretch, []).append(files)
-            store.ingest_generations(
-                {group[0].first_seq: [str(f.ids_path) for f in group] for group in by_generation.values()}
-            )
+            store.ingest_generations(_generation_files(ordered, store.generation_ids()))
             store.family(CF_TIMES).ingest_external_file([str(f.times_path) for f in ordered], options)
         store.flush()
         store.prepare_filter()  # saved when the store closes: its first worker need not read every id
@@ -269,3 +264,41 @@ def ingest(
         store.close()
         raise
     return store
+
+
+def _generation_files(ordered: Sequence[BucketFiles], stretch: int) -> dict[int, list[str]]:
+    """The ``ids`` files of each generation, by its first number: generations start at multiples of
+    ``stretch``, where the id filter's groups do, so that a duplicate's route asks one generation. A bucket
+    that reaches past such a multiple is cut there."""
+    by_generation: dict[int, list[str]] = {}
+    for files in ordered:
+        for first, path in _ids_pieces(files, stretch):
+            by_generation.setdefault(first // stretch * stretch, []).append(str(path))
+    return by_generation
+
+
+def _ids_pieces(files: BucketFiles, stretch: int) -> list[tuple[int, Path]]:
+    """``(first number, ids file)`` of the bucket's pieces, cut at each multiple of ``stretch`` inside it."""
+    end = files.first_seq + files.count
+    firsts = [files.first_seq, *range((files.first_seq // stretch + 1) * stretch, end, stretch)]
+    if len(firsts) == 1:
+        return [(files.first_seq, files.ids_path)]
+    pieces = [files.ids_path.with_name(f"{files.ids_path.stem}-{first:020d}.sst") for first in firsts]
+    writers = []
+    for piece in pieces:
+        writer = SstFileWriter(options=generation_options(Cache(0), filtered=False, zstd_level=BULK_ZSTD_LEVEL))
+        writer.open(str(piece))
+        writers.append(writer)
+    reader_path = files.ids_path.with_name(f"{files.ids_path.stem}.reading")
+    reader = Rdict(str(reader_path), options=generation_options(Cache(0), filtered=False))
+    try:
+        reader.ingest_external_file([str(files.ids_path)], IngestExternalFileOptions())  # copied: read only
+        for key, value in reader.items():  # key order, each piece's order too
+            writers[bisect.bisect_right(firsts, int.from_bytes(value, "big")) - 1][key] = value
+    finally:
+        reader.close()
+        Rdict.destroy(str(reader_path))
+    for writer in writers:
+        writer.finish()
+    files.ids_path.unlink()
+    return list(zip(firsts, pieces, strict=True))

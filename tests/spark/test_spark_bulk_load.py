@@ -94,3 +94,23 @@ def test_bulk_load_refuses_incomplete_or_doubled_input(tmp_path):
 def test_bulk_times_values_are_those_record_writes(stamps):
     digests = batch_digests(encode_ids([f"ajs-{n:032x}".encode() for n in range(len(stamps))]))
     assert _times_value(np.asarray(stamps, dtype=np.int64), digests) == encode_times(stamps, digests)
+
+
+def test_bulk_load_cuts_buckets_where_generations_start(tmp_path, generations_of):
+    """Generations of 150 numbers over buckets of 200: each generation starts where the id filter's group
+    does (a multiple of its stretch), the buckets that reach past one cut there, and every id is found."""
+    generations_of(150)
+    ids = _ids(530)
+    stamps = [1_790_000_000_000 + 7 * n for n in range(len(ids))]
+    buckets = [
+        write_bucket(tmp_path / "sst", bucket, list(range(first, min(first + 200, 530))), ids[first : first + 200],
+                     stamps[first : first + 200], len(ids), LAYOUT)
+        for bucket, first in enumerate(range(0, 530, 200))
+    ]  # fmt: skip
+    state = StoreState(next_seq=len(ids), first_live_seq=0, input_offset=-1, output_offset=900)
+    with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
+        assert [first for _, first, _ in store.id_families()] == [0, 150, 300, 450]
+        assert [f.seq_range for f in ids_files(store)] == [(0, 149), (150, 299), (300, 449), (450, 529)]
+        assert [found[0] for found in store.lookup_many(ids)] == list(range(len(ids)))
+        assert store.contains_many(_ids(600)[530:] + ids[::7]) == [False] * 70 + [True] * len(ids[::7])
+    assert not list((tmp_path / "sst").glob("*.reading"))  # the files read to cut a bucket are gone
