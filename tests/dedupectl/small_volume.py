@@ -15,6 +15,7 @@ from pathlib import Path
 
 READY = "ready"
 HOLD_S = 1800  # the namespace's holder ends by itself even if the test process is killed
+FILL_ATTEMPTS = 5
 
 
 class VolumeUnavailable(Exception):
@@ -69,9 +70,14 @@ class SmallVolume:
         ballast = shlex.quote(str(self.path / f"ballast-{self._ballast}"))
         if leave_bytes:
             self.sh(f"fallocate -l {max(self.free_bytes() - leave_bytes, 4096)} {ballast}")
-        else:  # to the last block: a write that fails with ENOSPC is the proof
-            self.sh(f"dd if=/dev/zero of={ballast} bs=64K 2>/dev/null || true; sync")
-            assert self.free_bytes() == 0
+            return
+        # to the last block: a write that fails with ENOSPC is the proof. A running worker may delete a file
+        # meanwhile (a log or a merged SST file no longer needed): what it frees is filled again
+        for attempt in range(FILL_ATTEMPTS):
+            self.sh(f"dd if=/dev/zero of={ballast}-{attempt} bs=64K 2>/dev/null || true; sync")
+            if self.free_bytes() == 0:
+                return
+        raise AssertionError(f"{self.path} still has {self.free_bytes()} bytes free after {FILL_ATTEMPTS} fills")
 
     def free(self) -> None:
         """Delete every ballast file."""
