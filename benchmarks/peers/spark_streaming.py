@@ -42,6 +42,7 @@ from dedupectl.spark.jars import ensure_connector_jars
 from dedupectl.spark.session import SparkSettings, spark_session
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+LISTENER_WAIT_S = 30.0  # for the last batch's progress event after the query stopped
 
 
 def settings(partitions: int) -> SparkSettings:
@@ -64,11 +65,14 @@ def progress_listener(progress: Progress) -> Any:
     class Batches(StreamingQueryListener):
         """Counts the input of each micro-batch and notes when the first with input began and the last ended."""
 
+        last_batch_id = -1  # the events come from the JVM's listener bus, after the batches they report
+
         def onQueryStarted(self, event: Any) -> None:
             pass
 
         def onQueryProgress(self, event: Any) -> None:
             batch = event.progress
+            self.last_batch_id = max(self.last_batch_id, batch.batchId)
             if batch.numInputRows <= 0:
                 return
             began = _epoch(batch.timestamp)
@@ -84,6 +88,14 @@ def progress_listener(progress: Progress) -> Any:
             pass
 
     return Batches()
+
+
+def _wait_for_events(listener: Any, last_progress: dict | None) -> None:
+    """Until the listener has had the last batch's event (a loaded machine delivers them late), at most
+    ``LISTENER_WAIT_S``."""
+    deadline = time.monotonic() + LISTENER_WAIT_S
+    while last_progress and listener.last_batch_id < last_progress["batchId"] and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def start_query(spark: Any, args: argparse.Namespace) -> Any:
@@ -119,7 +131,8 @@ def run(args: argparse.Namespace) -> Progress:
     progress = Progress()
     jars = ensure_connector_jars()
     with spark_session(settings(args.partitions), jars) as (spark, _):
-        spark.streams.addListener(progress_listener(progress))
+        listener = progress_listener(progress)
+        spark.streams.addListener(listener)
         query = start_query(spark, args)
         idle = IdleClock(args.idle_seconds)
         while query.isActive:
@@ -132,6 +145,7 @@ def run(args: argparse.Namespace) -> Progress:
         if query.exception() is not None:
             raise RuntimeError(str(query.exception()).strip().splitlines()[0])
         query.stop()
+        _wait_for_events(listener, query.lastProgress)
         # the JVM (a child of this process) is still up: its peak counts; the sink reports no record count
         progress.emit(peak_rss_mb=tree_peak_rss_mb(), driver_peak_rss_mb=peak_rss_mb(), spark_version=spark.version)
     return progress
