@@ -177,8 +177,7 @@ def _keys_in_order(
 
 def _write_ids_file(files: BucketFiles, keys: list[bytes], values) -> None:
     """The bucket's ``ids`` SST file: its keys, in order, and their sequence numbers."""
-    writer = SstFileWriter(options=generation_options(Cache(0), filtered=False, zstd_level=BULK_ZSTD_LEVEL))
-    writer.open(str(files.ids_path))
+    writer = _ids_file_writer(files.ids_path)
     try:
         deque(map(writer.__setitem__, keys, values), maxlen=0)
     except Exception as error:  # RocksDB refuses a key equal to the one before (its message is not ours)
@@ -187,6 +186,13 @@ def _write_ids_file(files: BucketFiles, keys: list[bytes], values) -> None:
             raise StoreCorruptError(f"the same id key twice in one bucket ({duplicate[:40]!r})") from error
         raise
     writer.finish()
+
+
+def _ids_file_writer(path: Path) -> SstFileWriter:
+    """An ``ids`` SST file of a bulk load, open at ``path``: filterless, at the bulk load's zstd level."""
+    writer = SstFileWriter(options=generation_options(Cache(0), filtered=False, zstd_level=BULK_ZSTD_LEVEL))
+    writer.open(str(path))
+    return writer
 
 
 def _times_value(stamps: np.ndarray, digests: bytes) -> bytes:
@@ -284,15 +290,13 @@ def _ids_pieces(files: BucketFiles, stretch: int) -> list[tuple[int, Path]]:
     if len(firsts) == 1:
         return [(files.first_seq, files.ids_path)]
     pieces = [files.ids_path.with_name(f"{files.ids_path.stem}-{first:020d}.sst") for first in firsts]
-    writers = []
-    for piece in pieces:
-        writer = SstFileWriter(options=generation_options(Cache(0), filtered=False, zstd_level=BULK_ZSTD_LEVEL))
-        writer.open(str(piece))
-        writers.append(writer)
+    writers = [_ids_file_writer(piece) for piece in pieces]
     reader_path = files.ids_path.with_name(f"{files.ids_path.stem}.reading")
     reader = Rdict(str(reader_path), options=generation_options(Cache(0), filtered=False))
+    moved = IngestExternalFileOptions()
+    moved.set_move_files(True)  # a hard link, not a copy: the bucket's file goes once it is cut
     try:
-        reader.ingest_external_file([str(files.ids_path)], IngestExternalFileOptions())  # copied: read only
+        reader.ingest_external_file([str(files.ids_path)], moved)
         for key, value in reader.items():  # key order, each piece's order too
             writers[bisect.bisect_right(firsts, int.from_bytes(value, "big")) - 1][key] = value
     finally:
@@ -300,5 +304,5 @@ def _ids_pieces(files: BucketFiles, stretch: int) -> list[tuple[int, Path]]:
         Rdict.destroy(str(reader_path))
     for writer in writers:
         writer.finish()
-    files.ids_path.unlink()
+    files.ids_path.unlink(missing_ok=True)  # moved files are unlinked by RocksDB itself
     return list(zip(firsts, pieces, strict=True))
