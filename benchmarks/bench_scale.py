@@ -7,7 +7,9 @@ One store is grown through the worker's write path (``contains_many`` then ``rec
 ``ajs-`` ids, under the worker's memtable budget, its id filter sized for a window of ``--max-ids`` as a
 worker's is for its aging bound). At 1M, 10M, 100M, ... ids (every power of ten up to
 ``--max-ids``, and ``--max-ids`` itself), with its memtables flushed and its merges settled, it is measured
-against a reference store of 1M ids built the same way and kept open in the same process:
+against a reference store of 1M ids built the same way, bounded at 1M ids as a worker with ``max_keys``
+1,000,000 is (its id filter sized for them once, each of its groups one generation), and kept open in the
+same process:
 
 - absent lookups: 200,000 ids never recorded, through ``contains_many`` in batches of ``--batch``; the two
   stores take turns on each batch in random order, each with its own copy of the ids, so a slow moment of the
@@ -244,7 +246,15 @@ def main() -> None:
     started = time.perf_counter()
     try:
         with (
-            DedupStore.open(scratch / "reference-0", topic="reference", partition=0, shared=shared) as reference,
+            # bounded, as a worker's store with max_keys: without a bound its filter would grow on the way to
+            # 1M ids, and a grown filter's groups each span several of the generations cut before it
+            DedupStore.open(
+                scratch / "reference-0",
+                topic="reference",
+                partition=0,
+                shared=shared,
+                window_ids=REFERENCE_IDS,
+            ) as reference,
             # as a worker whose aging keeps --max-ids: its id filter is sized for that window from the start
             DedupStore.open(
                 scratch / "bench-0",
