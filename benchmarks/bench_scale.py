@@ -74,7 +74,7 @@ from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.footprint import dir_bytes, ids_files, sst_bytes  # noqa: E402
 from store.memory import limit_heap_retention, release_free_memory  # noqa: E402
-from store.options import shared_memory  # noqa: E402
+from store.options import SharedMemory, shared_memory  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
@@ -109,6 +109,11 @@ def grow(store: DedupStore, upto: int, batch: int, progress: Progress | None = N
         store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
         if progress is not None:
             progress.update(task, completed=store.state.next_seq)
+
+
+def bounded_store(scratch: Path, topic: str, shared: SharedMemory, window_ids: int) -> DedupStore:
+    """Partition 0 of ``topic`` under ``scratch``, opened as a worker with ``max_keys`` = ``window_ids`` opens it."""
+    return DedupStore.open(scratch / f"{topic}-0", topic=topic, partition=0, shared=shared, window_ids=window_ids)
 
 
 def quiet(store: DedupStore) -> None:
@@ -248,21 +253,9 @@ def main() -> None:
         with (
             # bounded, as a worker's store with max_keys: without a bound its filter would grow on the way to
             # 1M ids, and a grown filter's groups each span several of the generations cut before it
-            DedupStore.open(
-                scratch / "reference-0",
-                topic="reference",
-                partition=0,
-                shared=shared,
-                window_ids=REFERENCE_IDS,
-            ) as reference,
+            bounded_store(scratch, "reference", shared, REFERENCE_IDS) as reference,
             # as a worker whose aging keeps --max-ids: its id filter is sized for that window from the start
-            DedupStore.open(
-                scratch / "bench-0",
-                topic="bench",
-                partition=0,
-                shared=shared,
-                window_ids=window,
-            ) as store,
+            bounded_store(scratch, "bench", shared, window) as store,
             Progress(console=console, transient=True) as progress,
         ):
             task = progress.add_task("reference store", total=REFERENCE_IDS)
