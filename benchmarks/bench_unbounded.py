@@ -35,6 +35,7 @@ from store.options import shared_memory  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 SAMPLE = 100_000
+MERGE_WAIT_S = 600
 
 
 def generations_per_group(store: DedupStore) -> float:
@@ -69,6 +70,8 @@ def main() -> None:
             for name, store in stores.items():
                 with console.status(f"growing the store {name} to {args.ids:,} ids"):
                     grow(store, args.ids, args.batch)
+                    if not store.wait_for_merges(MERGE_WAIT_S):
+                        raise SystemExit(f"the store {name} was still merging generations after {MERGE_WAIT_S} s")
                     quiet(store)
             drawn = [message_id(n) for n in random.Random(1).choices(range(args.ids), k=SAMPLE)]
             with console.status("present lookups, the stores taking turns"):

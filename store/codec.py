@@ -104,6 +104,7 @@ META_STATE = b"state"
 META_REFUSED_GAP = b"refused-gap"
 META_ACCEPTED_GAPS = b"accepted-gaps"
 META_FILTER_TOKEN = b"filter-token"
+META_MERGED = b"merged-generations"  # the sources of a merge committed and not yet dropped
 
 GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset
 GAP_TRUNCATED = "truncated"  # the output's log end fell below it: the topic recreated, or records lost

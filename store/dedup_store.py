@@ -13,6 +13,7 @@ saved beside the database when the store closes and each time a generation is se
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import os
 import shutil
@@ -34,8 +35,10 @@ from rocksdict import (
     ReadOptions,
     SstFileWriter,
     WriteBatch,
+    WriteOptions,
 )
 
+from store import generation_merge as merges
 from store import generations as gens
 from store.clock import now_ms
 from store.codec import (
@@ -52,6 +55,7 @@ from store.codec import (
     META_ACCEPTED_GAPS,
     META_FILTER_TOKEN,
     META_IDENTITY,
+    META_MERGED,
     META_REFUSED_GAP,
     META_STATE,
     READABLE_SCHEMA_VERSIONS,
@@ -116,6 +120,8 @@ LOOKUP_CHUNK = 32
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 _SCAN_CHUNK = 100_000
 _SECONDARY_OPEN_ATTEMPTS = 5
+# what RocksDB says when a secondary instance opens while the writer drops or creates a family
+_FAMILY_RACES = ("Column family not found", "MANIFEST record referencing unknown column family")
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
 
 
@@ -141,6 +147,16 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
         return meta.get(META_IDENTITY), meta.get(META_STATE)
     finally:
         meta.close()
+
+
+def _committed_merge_sources(db: Rdict) -> list[str]:
+    """The sources of a merge committed and not yet dropped (``store.generation_merge``)."""
+    meta = db.get_column_family(CF_META)
+    try:
+        raw = meta.get(META_MERGED)
+    finally:
+        meta.close()
+    return [] if raw is None else json.loads(raw)
 
 
 def _put_meta(db: Rdict, values: dict[bytes, bytes]) -> None:
@@ -216,6 +232,8 @@ class DedupStore:
         self.writable = writable
         self._new_generation_options = new_generation_options
         self._sealing: dict[str, threading.Thread] = {}
+        self._merge: merges.Merge | None = None
+        self._merge_due = False  # whether generations may need merging: asked at the next record
         self._closed = False
         self._attach(families)
         self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
@@ -248,8 +266,10 @@ class DedupStore:
         self._legacy_ids: Generation | None = None
         if CF_IDS in families:
             self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
+        live, leftovers = gens.live_families(families, _committed_merge_sources(db))
+        self._leftover_families = leftovers if migrated or self._legacy_ids is None else []
         self._generations = Generations(
-            [self._generation(name, first) for name in families if (first := gens.first_seq_of(name)) is not None]
+            [self._generation(name, gens.first_seq_of(name)) for name in live]
             if migrated or self._legacy_ids is None
             else [self._legacy_ids]
         )
@@ -396,8 +416,8 @@ class DedupStore:
                 )
                 db.try_catch_up_with_primary()
             except Exception as error:
-                # the writer dropped a generation (aging) between the listing and the open: list again
-                if "Column family not found" in str(error) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
+                # the writer dropped or added a generation between the listing and the open: list again
+                if any(race in str(error) for race in _FAMILY_RACES) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
                     continue
                 raise _translate_open_error(path, error) from error
             return names, db
@@ -479,6 +499,7 @@ class DedupStore:
             elif legacy is not None:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
+            self._drop_merge_leftovers()
             for generation in list(self._generations)[:-1]:
                 self._seal_if_written(generation)  # a seal a stop or crash cut short is made again
             newest = self._generations.newest
@@ -487,6 +508,20 @@ class DedupStore:
         except BaseException:
             self.close()
             raise
+
+    def _drop_merge_leftovers(self) -> None:
+        """Finish a merge a stop or crash cut short (``store.generation_merge``): drop the sources of a committed
+        one, or the merged family of one not committed, and what its child wrote."""
+        for name in self._leftover_families:
+            self._db.drop_column_family(name)
+        if self._leftover_families or self._meta.get(META_MERGED) is not None:
+            log.info("store %s: dropped the families a merge cut short left: %s", self.path, self._leftover_families)
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(META_MERGED, self._meta_handle)
+            self._db.write(batch)
+        self._leftover_families = []
+        merges.clear(self.path)
+        self._merge_due = self._filtered
 
     def _migrate_legacy_ids(self, legacy: Generation) -> None:
         """Write the live ids of schema 4's one ``ids`` family into generations, one SST file each, written
@@ -698,15 +733,17 @@ class DedupStore:
         if self._filtered:
             self._filters.ready()
 
-    def build_id_filter(self, window_ids: int) -> tuple[IdFilter, FilterStamp]:
-        """A new id filter of every live id sized for ``window_ids``, and a stamp of what it holds; a secondary
+    def build_id_filter(self, span: int) -> tuple[IdFilter, FilterStamp]:
+        """A new id filter of every live id with groups of ``span`` numbers, and a stamp of what it holds; a secondary
         instance builds one so for its worker (``store.filter_growth``). Raises StoreError when the writer
         started a generation this instance did not open, under a number the stamp covers: the filter could
         lack its ids."""
-        built = self._filters.build_apart(window_ids)
+        built = self._filters.build_apart(span)
         if not self.writable:
             unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
-            firsts = [first for name in unseen if (first := gens.first_seq_of(name)) is not None]
+            # a merged generation holds only ids of generations this instance read
+            written = [name for name in unseen if not gens.merge_of(name)]
+            firsts = [first for name in written if (first := gens.first_seq_of(name)) is not None]
             if any(first < built[1].next_seq for first in firsts):
                 raise StoreError(f"store {self.path}: a generation started while its id filter was built")
         return built
@@ -866,6 +903,7 @@ class DedupStore:
         keys = encode_ids(ids)
         self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
         self._filters.ids_put_back()
+        self._void_merge()  # its files could lack the ids put back below
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
         placed: list[int | None] = [None] * len(ids)
@@ -1124,6 +1162,7 @@ class DedupStore:
             _leave_block_cache_alone(previous)
             self._seal_if_written(previous)
             self._filters.sealed()
+            self._merge_due = self._filtered
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
@@ -1225,6 +1264,116 @@ class DedupStore:
             dropped += 1
         return dropped, freed
 
+    def generation_items(self, name: str) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of a generation's ids in key order, without filling the block cache (for this
+        package's ``store.merge_writer``)."""
+        return self._generation_named(name).family.items(from_key=IDS_LOWER, read_opt=_id_scan_reads())
+
+    # -- merging generations (store.generation_merge) ------------------------------------------------
+
+    def _merge_step(self) -> None:
+        """Start merging the generations that the groups of the filter's stretch span, or take in a merge done."""
+        merge = self._merge
+        if merge is None:
+            if self._merge_due:
+                self._start_merge()
+            return
+        try:
+            runs = merge.poll()
+        except merges.MergeFailed as error:
+            log.warning("store %s: could not merge generations (%s); tried again at the next seal", self.path, error)
+            self._end_merge()
+            return
+        if runs is not None:
+            try:
+                self._take_merged(runs)
+            except Exception as error:  # the store is whole either way: see _take_run
+                log.warning("store %s: could not take merged generations in (%s)", self.path, error)
+            finally:
+                self._end_merge()
+            self._merge_due = True  # a generation sealed meanwhile may join a run
+
+    def _start_merge(self) -> None:
+        if any(thread.is_alive() for thread in self._sealing.values()):
+            return  # asked again at the next record: a generation being sealed is merged once in one run
+        self._merge_due = False
+        cut, next_seq = self._state.first_live_seq, self._state.next_seq
+        sealed = [
+            (g.name, g.first_seq) for g in list(self._generations)[:-1] if self._generations.end_of(g, next_seq) > cut
+        ]
+        runs = gens.merge_runs(sealed, self.generation_ids())
+        if runs:
+            try:
+                self._merge = merges.Merge(self.path, runs, cut)
+            except OSError as error:
+                log.warning("store %s: could not start merging generations (%s)", self.path, error)
+                merges.clear(self.path)
+
+    def _take_merged(self, runs: list[merges.MergedRun]) -> None:
+        live = {g.name: g for g in self._generations}
+        for run in runs:
+            sources = [live.get(name) for name in run.sources]
+            if None not in sources:  # else aged meanwhile: dropped soon, merged or not
+                self._take_run(run, sources)
+
+    def _take_run(self, run: merges.MergedRun, sources: list[Generation]) -> None:
+        """A new family with the run's file ingested, the merge committed in the metadata, then the sources
+        dropped (the oldest first: see ``generations.live_families``) and the commit cleared. Killed before the
+        commit, the next open drops the new family; after it, the sources left."""
+        first = sources[0].first_seq
+        on_disk = [gens.merge_of(name) for name in Rdict.list_cf(str(self.path)) if gens.first_seq_of(name) == first]
+        name = gens.family_name(first, 1 + max(on_disk))
+        self._db.create_column_family(name, self._new_generation_options).close()
+        generation = self._generation(name, first)
+        ingest = IngestExternalFileOptions()
+        ingest.set_move_files(True)  # a hard link: the file is in the store's directory
+        try:
+            generation.family.ingest_external_file([str(run.file)], ingest)
+        except Exception:
+            self._drop_family(generation)
+            raise
+        generation.family.set_options(SEALED_GENERATION_OPTIONS)
+        _leave_block_cache_alone(generation)
+        committed = WriteOptions()
+        committed.sync = True  # durable before any source is dropped
+        batch = WriteBatch(raw_mode=True)
+        batch.put(META_MERGED, json.dumps(list(run.sources)).encode(), self._meta_handle)
+        self._db.write(batch, committed)
+        for source in sources:
+            self._generations.remove(source)
+            self._sealing.pop(source.name, None)
+        self._generations.add(generation)
+        for source in sources:
+            self._drop_family(source)
+        batch = WriteBatch(raw_mode=True)
+        batch.delete(META_MERGED, self._meta_handle)
+        self._db.write(batch)
+        log.info(
+            "%s[%d]: merged %d generations into %s (%d ids)",
+            self.identity.topic, self.identity.partition, len(sources), name, run.ids,
+        )  # fmt: skip
+
+    def wait_for_merges(self, timeout_s: float) -> bool:
+        """Take in the merges due (started now if need be) once done; False if ``timeout_s`` ran out first."""
+        deadline = time.monotonic() + timeout_s
+        while self._merge is not None or self._merge_due:
+            self._merge_step()
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _void_merge(self) -> None:
+        """Ids change in sealed generations: a merge under way is started again from the store as it is then."""
+        if self._merge is not None:
+            self._end_merge()
+            self._merge_due = True
+
+    def _end_merge(self) -> None:
+        if self._merge is not None:
+            self._merge.end(self.path)
+            self._merge = None
+
     def _drop_family(self, generation: Generation) -> None:
         generation.family.close()
         generation.family = generation.handle = None
@@ -1288,6 +1437,7 @@ class DedupStore:
         if count:
             self._filters.add(keys, np.arange(first, first + count, dtype=np.int64))
             self._filters.save_if_due()
+            self._merge_step()
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state
@@ -1304,6 +1454,7 @@ class DedupStore:
                 batch.delete(key, self._generations.holding(seq).handle)
                 removed.append(seq)
         if removed:
+            self._void_merge()  # its files could hold the ids removed below
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
             if self._seq_view is not None:
@@ -1351,6 +1502,7 @@ class DedupStore:
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
             if self.writable:
+                self._end_merge()
                 self.wait_for_seals()
                 self._filters.save_at_close()
             self._filters.close()

@@ -1,6 +1,6 @@
-"""The child process of ``store.filter_growth``: build a store's id filter for a given window and save it.
+"""The child process of ``store.filter_growth``: build a store's id filter with a given stretch and save it.
 
-    python -m store.filter_builder STORE_DIR OUT_FILE WINDOW_IDS
+    python -m store.filter_builder STORE_DIR OUT_FILE SPAN
 
 Reads the store through a secondary instance (no lock: its worker goes on writing), so the filter holds
 every id live at the moment the instance caught up, below the number its stamp names. Should the writer start
@@ -21,13 +21,13 @@ ATTEMPTS = 3
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: python -m store.filter_builder STORE_DIR OUT_FILE WINDOW_IDS", file=sys.stderr)
+        print("usage: python -m store.filter_builder STORE_DIR OUT_FILE SPAN", file=sys.stderr)
         return 64
-    store_dir, out, window = Path(argv[0]), Path(argv[1]), int(argv[2])
+    store_dir, out, span = Path(argv[0]), Path(argv[1]), int(argv[2])
     for attempt in range(ATTEMPTS):
         try:
             with DedupStore.open_secondary(store_dir) as store:
-                id_filter, stamp = store.build_id_filter(window)
+                id_filter, stamp = store.build_id_filter(span)
         except StoreError:
             if attempt + 1 == ATTEMPTS:
                 raise

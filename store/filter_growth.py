@@ -30,11 +30,11 @@ class GrowthFailed(Exception):
 class Growth:
     """One build in a child process, then the read of its file on a thread; owned by the store's thread."""
 
-    def __init__(self, store_path: Path, window: int):
+    def __init__(self, store_path: Path, span: int):
         self.file = store_path / GROWN_FILE
         self.file.unlink(missing_ok=True)
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
-        command = [sys.executable, "-m", "store.filter_builder", str(store_path), str(self.file), str(window)]
+        command = [sys.executable, "-m", "store.filter_builder", str(store_path), str(self.file), str(span)]
         self._process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors
         )

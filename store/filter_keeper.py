@@ -108,9 +108,18 @@ class FilterKeeper:
             self.current = None  # never left half-updated: a filter that missed an id would let a duplicate by
             self._end_growth()
             self._growth_failed = False
-            self.current = self._build()
+            self.current = self._build(self._grown_span(id_filter) if self._store.grows() else None)
             return
         self._grow_ahead(id_filter)
+
+    def _grown_span(self, id_filter: IdFilter) -> int:
+        """The stretch of a growing store's next filter: twice this one's (doubled again while the live ids
+        would not fit), so that each new stretch is whole old ones and the generations cut for the old filter
+        merge into one per group of the new (``store.generation_merge``)."""
+        span = 2 * id_filter.span
+        while (GROUPS - 1) * span < self._store.state().live_ids * FILTER_SLACK:
+            span *= 2
+        return span
 
     def ids_put_back(self) -> None:
         """Ids were put back under older numbers (``DedupStore.place``): a filter being grown may lack them."""
@@ -125,7 +134,7 @@ class FilterKeeper:
             filling = store.state().live_ids >= GROW_AHEAD_AT * id_filter.capacity
             if filling and store.grows() and not self._growth_failed:
                 try:
-                    self._growth = Growth(store.path, 2 * id_filter.capacity)
+                    self._growth = Growth(store.path, self._grown_span(id_filter))
                 except OSError as error:
                     self._growth_failed_with(error)
             return
@@ -253,18 +262,19 @@ class FilterKeeper:
             self._named = stamp
         return id_filter
 
-    def build_apart(self, window: int) -> tuple[IdFilter, FilterStamp]:
-        """A filter of every live id sized for ``window`` ids, and a stamp of what it holds (for
+    def build_apart(self, span: int) -> tuple[IdFilter, FilterStamp]:
+        """A filter of every live id whose groups cover ``span`` numbers each, and a stamp of what it holds (for
         ``store.filter_builder``, on a secondary instance: its token is named nowhere)."""
         stamp = self._new_stamp()
-        return self._build(window), stamp
+        return self._build(span), stamp
 
-    def _build(self, window: int | None = None) -> IdFilter:
-        """A filter of every live id, read from the store, sized for ``window`` (default: the store's window)."""
+    def _build(self, span: int | None = None) -> IdFilter:
+        """A filter of every live id, read from the store, with groups of ``span`` numbers (default: sized for
+        the store's window)."""
         store = self._store
         started = time.monotonic()
         state = store.state()
-        id_filter = IdFilter(math.ceil((window or store.window()) * FILTER_SLACK / (GROUPS - 1)))
+        id_filter = IdFilter(span or math.ceil(store.window() * FILTER_SLACK / (GROUPS - 1)))
         if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
             raise StoreError(f"store {store.path}: a new id filter cannot hold its window (a bug)")
         added = self._add_from_store(id_filter, state.first_live_seq, state.next_seq)

@@ -395,6 +395,6 @@ def test_a_filter_built_apart_is_refused_when_the_writer_started_a_generation_th
             reader._state = decode_state(reader._meta.get(META_STATE))
             assert reader.state.next_seq == span + 90
             with pytest.raises(StoreError, match="a generation started while its id filter was built"):
-                reader.build_id_filter(2 * window)
+                reader.build_id_filter(2 * span)
         finally:
             reader.close()
