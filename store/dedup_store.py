@@ -1303,8 +1303,8 @@ class DedupStore:
         ]
         runs = gens.merge_runs(sealed, self.generation_ids())
         if runs:
-            try:
-                self._merge = merges.Merge(self.path, runs, cut)
+            try:  # one run at a time: the disk holds one stretch twice at most, not the whole store
+                self._merge = merges.Merge(self.path, runs[:1], cut)
             except OSError as error:
                 log.warning("store %s: could not start merging generations (%s)", self.path, error)
                 merges.clear(self.path)

@@ -7,10 +7,11 @@ before, and a duplicate (or a false positive of the filter) would ask each of th
 the store. Once the stretch has grown, the sealed generations whose first numbers fall in one stretch are
 merged into one (``generations.merge_runs``), and a group asks at most two generations again.
 
-The merge of each run is written by a child process (``store.merge_writer``) that reads the store through a
-secondary instance: one SST file of the run's live ids, in key order, in a directory beside the store. The
-store's writer then takes each file in (``DedupStore``): a new family with the file ingested, the merge
-committed in the metadata, the sources dropped. Ids the writer puts back or removes meanwhile void the
+A run is merged by a child process (``store.merge_writer``) that reads the store through a secondary
+instance and writes one SST file of the run's live ids, in key order, in a directory beside the store. The
+store's writer then takes the file in (``DedupStore``): a new family with the file ingested, the merge
+committed in the metadata, the sources dropped; then the next run, so that the disk holds one stretch twice
+at most. Ids the writer puts back or removes meanwhile void the
 merge: it is started again from the store as it is then.
 """
 
