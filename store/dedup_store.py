@@ -1297,6 +1297,8 @@ class DedupStore:
         if any(thread.is_alive() for thread in self._sealing.values()):
             return  # asked again at the next record: a generation being sealed is merged once in one run
         self._merge_due = False
+        if self._meta.get(META_MERGED) is not None:
+            return  # a merge whose sources could not all be dropped: the next open drops them first
         cut, next_seq = self._state.first_live_seq, self._state.next_seq
         sealed = [
             (g.name, g.first_seq) for g in list(self._generations)[:-1] if self._generations.end_of(g, next_seq) > cut

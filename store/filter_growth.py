@@ -11,12 +11,10 @@ stamp, and takes it in place of the old filter before that one fills.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 from store import id_filter as filters
+from store.child_process import Child, ChildFailed
 from store.id_filter import FilterStamp, IdFilter
 
 GROW_AHEAD_AT = 0.6  # of its capacity: the build has the other 40% of the ids to finish in
@@ -33,23 +31,17 @@ class Growth:
     def __init__(self, store_path: Path, span: int):
         self.file = store_path / GROWN_FILE
         self.file.unlink(missing_ok=True)
-        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
-        command = [sys.executable, "-m", "store.filter_builder", str(store_path), str(self.file), str(span)]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors
-        )
+        self.child = Child("store.filter_builder", str(store_path), str(self.file), str(span))
         self._reading: filters.BackgroundLoad | None = None
 
     def poll(self) -> tuple[IdFilter, FilterStamp] | None:
         """The filter built and its stamp, once the child is done and its file read; None meanwhile."""
         if self._reading is None:
-            code = self._process.poll()
-            if code is None:
-                return None
-            if code != 0:
-                self._errors.seek(0)
-                lines = self._errors.read().decode(errors="replace").strip().splitlines()
-                raise GrowthFailed(f"the build exited with {code}: {lines[-1] if lines else 'no message'}")
+            try:
+                if not self.child.finished():
+                    return None
+            except ChildFailed as error:
+                raise GrowthFailed(f"the build {error}") from error
             self._reading = filters.BackgroundLoad(self.file, "read-grown-id-filter")
             return None
         if not self._reading.done():
@@ -61,11 +53,8 @@ class Growth:
 
     def end(self) -> None:
         """Stop the child if it runs, and let its file and memory go."""
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
+        self.child.end()
         if self._reading is not None:
             self._reading.result()
             self._reading = None
-        self._errors.close()
         self.file.unlink(missing_ok=True)

@@ -18,11 +18,10 @@ merge: it is started again from the store as it is then.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from store.child_process import Child, ChildFailed
 
 MERGE_DIR = ".merging"  # beside the store's files; what a kill leaves there is removed at the next open
 PLAN_FILE = "plan.json"
@@ -50,21 +49,15 @@ class Merge:
         clear(store_path)
         self.directory.mkdir()
         (self.directory / PLAN_FILE).write_text(json.dumps({"runs": runs, "cut": cut}))
-        self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
-        command = [sys.executable, "-m", "store.merge_writer", str(store_path), str(self.directory)]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._errors
-        )
+        self.child = Child("store.merge_writer", str(store_path), str(self.directory))
 
     def poll(self) -> list[MergedRun] | None:
         """The runs merged, once the child is done; None meanwhile."""
-        code = self._process.poll()
-        if code is None:
-            return None
-        if code != 0:
-            self._errors.seek(0)
-            lines = self._errors.read().decode(errors="replace").strip().splitlines()
-            raise MergeFailed(f"the merge exited with {code}: {lines[-1] if lines else 'no message'}")
+        try:
+            if not self.child.finished():
+                return None
+        except ChildFailed as error:
+            raise MergeFailed(f"the merge {error}") from error
         try:
             done = json.loads((self.directory / DONE_FILE).read_text())
             return [
@@ -75,10 +68,7 @@ class Merge:
 
     def end(self, store_path: Path) -> None:
         """Stop the child if it runs, and remove what it wrote (files taken in are gone already)."""
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-        self._errors.close()
+        self.child.end()
         clear(store_path)
 
 

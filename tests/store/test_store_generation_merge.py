@@ -55,7 +55,7 @@ def _grow(store: DedupStore, ids: list[bytes], step: int = 1_000) -> None:
         store.record(chunk, [1_000 + at + n for n in range(len(chunk))])
         growth = store._filters._growth
         if growth is not None:
-            assert growth._process.wait(60) == 0
+            assert growth.child.process.wait(60) == 0
         assert store.wait_for_merges(60)
 
 
@@ -131,7 +131,7 @@ def test_ids_removed_or_put_back_during_a_merge_are_in_the_merged_generation(tmp
             store.record(chunk, list(range(at, at + len(chunk))), output_offsets=range(at + 100, at + 100 + len(chunk)))
             growth = store._filters._growth
             if growth is not None:
-                assert growth._process.wait(60) == 0
+                assert growth.child.process.wait(60) == 0
             if store._merge is not None:
                 break
         merge = store._merge
@@ -190,7 +190,7 @@ for at in range(next_seq, count, 1_000):
     store.record(chunk, [1_000 + at + n for n in range(len(chunk))])
     growth = store._filters._growth
     if growth is not None:
-        growth._process.wait(60)
+        growth.child.process.wait(60)
     store.wait_for_merges(60)
 store.close()
 """

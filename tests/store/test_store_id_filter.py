@@ -335,7 +335,7 @@ def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, grow
         store.record(ids[12_000:], list(range(12_000, 20_000)), output_offsets=range(12_100, 20_100))
         growth = store._filters._growth  # past 60%: a filter built apart, from a store that lacks the lost ids
         assert growth is not None
-        assert growth._process.wait(60) == 0
+        assert growth.child.process.wait(60) == 0
         assert store.place(lost, list(range(600, 610))) == list(range(500, 510))
         assert store._filters._growth is not growth
         more = _ajs(2_000)
@@ -356,12 +356,12 @@ def _cannot_start(*args, **kwargs):
 def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(
     tmp_path, growing, monkeypatch, caplog, failure, logged
 ):
-    from store import filter_growth
+    from store import child_process
 
     if failure == "exits":
         monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 at once
     else:
-        monkeypatch.setattr(filter_growth.subprocess, "Popen", _cannot_start)
+        monkeypatch.setattr(child_process.subprocess, "Popen", _cannot_start)
     ids = _ajs(30_000)
     with (
         caplog.at_level("INFO", logger="store.filter_keeper"),
