@@ -1273,6 +1273,8 @@ class DedupStore:
 
     def _merge_step(self) -> None:
         """Start merging the generations that the groups of the filter's stretch span, or take in a merge done."""
+        if self._filters.growing:
+            return  # its child reads every generation: none is dropped, nor a merge started, until it is done
         merge = self._merge
         if merge is None:
             if self._merge_due:
@@ -1359,6 +1361,7 @@ class DedupStore:
         """Take in the merges due (started now if need be) once done; False if ``timeout_s`` ran out first."""
         deadline = time.monotonic() + timeout_s
         while self._merge is not None or self._merge_due:
+            self._filters.step_growth()
             self._merge_step()
             if time.monotonic() > deadline:
                 return False

@@ -84,6 +84,16 @@ class FilterKeeper:
         self._end_growth()
 
     @property
+    def growing(self) -> bool:
+        """Whether a larger filter is being built apart (its child reads every generation meanwhile)."""
+        return self._growth is not None
+
+    def step_growth(self) -> None:
+        """What ``add`` does for a growth between batches: poll it, or start one that is due."""
+        if self.current is not None:
+            self._grow_ahead(self.current)
+
+    @property
     def memory_bytes(self) -> int:
         return 0 if self.current is None else self.current.memory_bytes
 
