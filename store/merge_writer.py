@@ -35,7 +35,7 @@ def write_run(store: DedupStore, sources: list[str], out: Path, cut: int) -> int
     last = None
     for key, value in heapq.merge(*(store.generation_items(name) for name in sources)):
         if key == last or int.from_bytes(value, "big") < cut:
-            continue  # an id in two sources (a merge cut short, read by an older build) is written once
+            continue  # aged; or a key seen already, which an SST file cannot take twice
         writer[key] = value
         last = key
         written += 1
