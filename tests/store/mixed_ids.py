@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import uuid
 from collections.abc import Callable
 
@@ -22,3 +23,8 @@ def mixed_ids(count: int, random_bytes: Callable[[int], bytes] = os.urandom) -> 
         else:
             ids.append(random_bytes(1 + n % 40))
     return ids
+
+
+def distinct_mixed_ids(count: int, seed: int) -> list[bytes]:
+    """``count`` distinct ``mixed_ids``, the same for a seed in every process (short random bytes repeat)."""
+    return list(dict.fromkeys(mixed_ids(count * 2, random.Random(seed).randbytes)))[:count]

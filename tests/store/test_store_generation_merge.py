@@ -6,14 +6,13 @@ that answers the same, whose next writer finishes or drops what the merge left."
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from mixed_ids import mixed_ids
+from mixed_ids import distinct_mixed_ids
 from rocksdict import Rdict
 
 from store import generations as gens
@@ -23,6 +22,7 @@ from store.filter_keeper import FILTER_FILE
 from store.generation_merge import MERGE_DIR
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent  # mixed_ids, for the killed writer
 FIRST_WINDOW = 20_000  # ids the first filter is sized for: groups of 1,400 numbers, grown at about 13,000 ids
 
 
@@ -33,11 +33,6 @@ def growing(monkeypatch):
 
     monkeypatch.setattr(dedup_store, "MIN_FILTER_WINDOW", FIRST_WINDOW)
     monkeypatch.setattr(gens, "MIN_GENERATION_IDS", 1)
-
-
-def _ids(count: int, seed: int) -> list[bytes]:
-    ids = list(dict.fromkeys(mixed_ids(count * 2, random.Random(seed).randbytes)))
-    return ids[:count]
 
 
 def _answers(store: DedupStore, asked: list[bytes]) -> list[bool]:
@@ -73,7 +68,7 @@ def _spans(store: DedupStore) -> list[int]:
 
 def test_a_growing_store_merges_the_generations_each_grown_stretch_spans(tmp_path, growing, caplog):
     path = tmp_path / "t-0"
-    ids, unseen = _ids(120_000, 1), _ids(5_000, 2)
+    ids, unseen = distinct_mixed_ids(120_000, 1), distinct_mixed_ids(5_000, 2)
     with caplog.at_level("INFO", logger="store.dedup_store"), DedupStore.open(path, topic="t", partition=0) as store:
         store.contains_many([b"x"])
         first_span = store._filters.current.span
@@ -94,7 +89,7 @@ def test_a_growing_store_merges_the_generations_each_grown_stretch_spans(tmp_pat
 
 
 def test_a_filter_grown_inline_keeps_the_stretches_whole(tmp_path, growing):
-    ids = _ids(60_000, 3)
+    ids = distinct_mixed_ids(60_000, 3)
     with DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store:
         store.contains_many([b"x"])
         first_span = store._filters.current.span
@@ -107,7 +102,7 @@ def test_a_filter_grown_inline_keeps_the_stretches_whole(tmp_path, growing):
 
 def test_a_stretch_that_does_not_start_at_a_generation_asks_two_at_most(tmp_path, growing):
     path = tmp_path / "t-0"
-    ids = _ids(80_000, 3)
+    ids = distinct_mixed_ids(80_000, 3)
     with DedupStore.open(path, topic="t", partition=0) as store:
         _grow(store, ids[:31_000])
     (path / FILTER_FILE).unlink()  # the next filter is built for the ids held, its stretch any length
@@ -122,7 +117,7 @@ def test_a_stretch_that_does_not_start_at_a_generation_asks_two_at_most(tmp_path
 
 def test_ids_removed_or_put_back_during_a_merge_are_in_the_merged_generation(tmp_path, growing):
     path = tmp_path / "t-0"
-    ids = _ids(40_000, 4)
+    ids = distinct_mixed_ids(40_000, 4)
     lost = ids[100:110]
     with DedupStore.open(path, topic="t", partition=0) as store:
         store.contains_many([b"x"])
@@ -146,18 +141,21 @@ def test_ids_removed_or_put_back_during_a_merge_are_in_the_merged_generation(tmp
         assert all(_answers(store, ids))
 
 
+WRITER_SEED = 5  # the ids the killed writer records, and the check expects
+
+
 # A writer that grows a store, killed (SIGKILL) by itself at one point of taking a merge in, or by the test
-# at any time: argv[3] names the point, "" for none.
+# at any time: argv[3] names the point, "" for none; argv[5] is the seed of its ids.
 _KILLED_WRITER = """
-import os, random, signal, sys
+import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
 import store.dedup_store as dedup_store, store.generations as gens
-from mixed_ids import mixed_ids
+from mixed_ids import distinct_mixed_ids
 dedup_store.MIN_FILTER_WINDOW = 20_000
 gens.MIN_GENERATION_IDS = 1
 path, count, point = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-ids = list(dict.fromkeys(mixed_ids(count * 2, random.Random(5).randbytes)))[:count]
+ids = distinct_mixed_ids(count, int(sys.argv[5]))
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -198,7 +196,7 @@ store.close()
 
 def _write(path: Path, count: int, point: str, kill_after_s: float | None = None) -> int:
     process = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(path), str(count), point, str(Path(__file__).parent)],
+        [sys.executable, "-c", _KILLED_WRITER, str(path), str(count), point, str(HERE), str(WRITER_SEED)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stderr=subprocess.PIPE,
         text=True,
@@ -215,7 +213,7 @@ def _write(path: Path, count: int, point: str, kill_after_s: float | None = None
 def _check_whole(path: Path, count: int) -> int:
     """Open the store as its next writer does; every id recorded is found, routed and not, and no other; no
     leftover of a merge stays. Returns the ids recorded."""
-    ids = list(dict.fromkeys(mixed_ids(count * 2, random.Random(5).randbytes)))[:count]
+    ids = distinct_mixed_ids(count, WRITER_SEED)
     with DedupStore.open_secondary(path) as reader:  # before the writer tidies up: what a reader sees
         recorded = reader.state.next_seq
         assert reader.contains_many(ids) == [n < recorded for n in range(count)]
