@@ -164,6 +164,8 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, help="also write the table as markdown to this file")
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-restart-", dir=args.scratch))
     rows = []
     try:

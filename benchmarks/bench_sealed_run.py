@@ -207,6 +207,8 @@ def main() -> None:
     ]
     if args.hash_index_prefix:
         variants += dict.fromkeys(Variant(v.codec, v.block_bytes, 1, args.hash_index_prefix) for v in variants)
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-sealed-", dir=args.scratch))
     rows: list[dict] = []
     try:
