@@ -97,16 +97,27 @@ def points(max_ids: int) -> list[int]:
     return [*marks, max_ids]
 
 
-def grow(store: DedupStore, upto: int, batch: int, progress: Progress | None = None, task=None) -> None:
-    """Record ids ``next_seq .. upto - 1`` the way the worker does: look the batch up, record what is new."""
+def grow(
+    store: DedupStore,
+    upto: int,
+    batch: int,
+    progress: Progress | None = None,
+    task=None,
+    latencies: list[float] | None = None,
+) -> None:
+    """Record ids ``next_seq .. upto - 1`` the way the worker does: look the batch up, record what is new; each
+    batch's seconds (lookup and record) are appended to ``latencies`` if given."""
     rng = random.Random(upto)
     while store.state.next_seq < upto:
         first = store.state.next_seq
         numbers = range(first, min(first + batch, upto))
         ids = [message_id(n) for n in numbers]
         stamps = [BASE_MS + int(n * MS_PER_ID) - rng.randrange(2_000) for n in numbers]
+        started = time.perf_counter()
         present = store.contains_many(ids)
         store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
+        if latencies is not None:
+            latencies.append(time.perf_counter() - started)
         if progress is not None:
             progress.update(task, completed=store.state.next_seq)
 
@@ -244,6 +255,8 @@ def main() -> None:
     if args.max_ids < REFERENCE_IDS:
         raise SystemExit(f"--max-ids must be at least {REFERENCE_IDS:,}")
     limit_heap_retention()
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-scale-", dir=args.scratch))
     shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)  # the worker's memtable budget and block cache
     window = args.max_ids + 2 * AGING_BATCHES * args.batch * len(points(args.max_ids))  # aging adds ids

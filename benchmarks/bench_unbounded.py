@@ -7,9 +7,11 @@ Two stores are grown to ``--ids`` ids through the worker's write path (``benchma
 filter sized for twice the ids held, and grown as the store fills it), one as a worker with ``max_keys`` =
 ``--ids`` does (its filter sized once). For each it prints its generations and their stretches, the id
 filter's stretch, and how many generations the group of a held id covers on average: a duplicate's lookup asks
-each of them. Then 100,000 held ids go to each through ``contains_many`` in batches of ``--batch``, the two
-stores taking turns batch by batch in random order (``bench_scale.held_rates``: median of 5 rounds; the ratio
-is the median of the rounds' ratios): present ids/s of each and their ratio.
+each of them, and the p99 and longest of its batches while it grew (lookup and record: the growths of the
+filter, its catch-ups and the merges are taken on the writer's thread between batches). Then 100,000 held ids
+go to each through ``contains_many`` in batches of ``--batch``, the two stores taking turns batch by batch in
+random order (``bench_scale.held_rates``: median of 5 rounds; the ratio is the median of the rounds' ratios):
+present ids/s of each and their ratio.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -67,9 +70,10 @@ def main() -> None:
             bounded_store(scratch, "bounded", shared, args.ids) as bounded,
         ):
             stores = {"without max_keys": unbounded, f"max_keys {args.ids:,}": bounded}
+            latencies: dict[str, list[float]] = {name: [] for name in stores}
             for name, store in stores.items():
                 with console.status(f"growing the store {name} to {args.ids:,} ids"):
-                    grow(store, args.ids, args.batch)
+                    grow(store, args.ids, args.batch, latencies=latencies[name])
                     if not store.wait_for_merges(MERGE_WAIT_S):
                         raise SystemExit(f"the store {name} was still merging generations after {MERGE_WAIT_S} s")
                     quiet(store)
@@ -88,6 +92,8 @@ def main() -> None:
                 "their stretches",
                 "filter stretch",
                 "generations asked",
+                "p99 batch while growing",
+                "longest batch",
                 "present ids/s",
             )
             for column in (*columns, "ratio"):
@@ -101,6 +107,8 @@ def main() -> None:
                     ", ".join(f"{s:,}" for s in stretches),
                     f"{store.generation_ids():,}",
                     f"{generations_per_group(store):.2f}",
+                    f"{1e3 * statistics.quantiles(latencies[name], n=100)[98]:.0f} ms",
+                    f"{max(latencies[name]):.2f} s",
                     f"{per_s[name] / 1e3:.1f}k",
                     f"{ratios[name]:.2f}",
                 )
