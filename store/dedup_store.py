@@ -99,7 +99,7 @@ from store.errors import (
     StoreVersionError,
 )
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
-from store.generations import Generation, Generations
+from store.generations import Generation, Generations, ScanPoint
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 from store.options import (
     SEALED_GENERATION_OPTIONS,
@@ -248,6 +248,7 @@ class DedupStore:
                 state=lambda: self._state,
                 window=self._filter_window,
                 id_chunks=self._id_chunks,
+                id_scan_step=self._id_scan_step,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
                 grows=lambda: self._window_ids is None,
@@ -735,18 +736,17 @@ class DedupStore:
 
     def build_id_filter(self, span: int) -> tuple[IdFilter, FilterStamp]:
         """A new id filter of every live id with groups of ``span`` numbers, and a stamp of what it holds; a secondary
-        instance builds one so for its worker (``store.filter_growth``). Raises StoreError when the writer
-        started a generation this instance did not open, under a number the stamp covers: the filter could
-        lack its ids."""
-        built = self._filters.build_apart(span)
+        instance builds one so for its worker (``store.filter_growth``). Where the writer started a generation
+        after this instance listed the families and before it caught up, the instance cannot read that
+        generation: the filter then holds the ids below its first number, and its stamp says so (the worker
+        adds the rest, as it adds those recorded since)."""
+        below = None
         if not self.writable:
             unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
             # a merged generation holds only ids of generations this instance read
             written = [name for name in unseen if not gens.merge_of(name)]
-            firsts = [first for name in written if (first := gens.first_seq_of(name)) is not None]
-            if any(first < built[1].next_seq for first in firsts):
-                raise StoreError(f"store {self.path}: a generation started while its id filter was built")
-        return built
+            below = min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
+        return self._filters.build_apart(span, below)
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
@@ -756,21 +756,42 @@ class DedupStore:
 
     def _id_chunks(self, low: int, high: int) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time: one scan of each
-        generation that may hold them (the id filter and the sequence view are built so)."""
+        generation that may hold them (the id filter and the sequence view are built so), in parts of
+        ``_SCAN_CHUNK`` ids (``_id_scan_step``)."""
+        after: ScanPoint | None = None
+        while True:
+            keys, seqs, after = self._id_scan_step(low, high, after, _SCAN_CHUNK)
+            if keys:
+                yield keys, seqs
+            if after is None:
+                return
+
+    def _id_scan_step(
+        self, low: int, high: int, after: ScanPoint | None, scan: int
+    ) -> tuple[list[bytes], list[int], ScanPoint | None]:
+        """A part of the scan of the generations that may hold the ids numbered ``low`` to ``high - 1``: at most
+        ``scan`` ids read, from just past ``after`` (None: the start). Returns the ids of that range it found,
+        and where the next part starts (None: the scan is done). Each part opens its own iterators, so that
+        nothing stays open between parts; a generation dropped meanwhile (aged out) is skipped."""
         read = _id_scan_reads()
         keys: list[bytes] = []
         seqs: list[int] = []
+        scanned = 0
         for generation in self._generations.covering(low, high):
-            for key, value in generation.family.items(from_key=IDS_LOWER, read_opt=read):
+            if after is not None and generation.first_seq < after.first_seq:
+                continue
+            resumed = after is not None and generation.first_seq == after.first_seq
+            for key, value in generation.family.items(from_key=after.key if resumed else IDS_LOWER, read_opt=read):
+                if resumed and key == after.key:
+                    continue
                 seq = int.from_bytes(value, "big")
                 if low <= seq < high:
                     keys.append(key)
                     seqs.append(seq)
-                    if len(keys) >= _SCAN_CHUNK:
-                        yield keys, seqs
-                        keys, seqs = [], []
-        if keys:
-            yield keys, seqs
+                scanned += 1
+                if scanned >= scan:
+                    return keys, seqs, ScanPoint(generation.first_seq, key)
+        return keys, seqs, None
 
     def _saved_filter_token(self) -> str | None:
         token = self._meta.get(META_FILTER_TOKEN)

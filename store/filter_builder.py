@@ -3,8 +3,9 @@
     python -m store.filter_builder STORE_DIR OUT_FILE SPAN
 
 Reads the store through a secondary instance (no lock: its worker goes on writing), so the filter holds
-every id live at the moment the instance caught up, below the number its stamp names. Should the writer start
-a generation the instance did not open meanwhile, under a number below that one, the build is made again.
+every id live at the moment the instance caught up, below the number its stamp names: the first number of a
+generation the writer started after the instance listed the families, if it did, which the instance cannot
+read (the worker adds those ids, as it adds the ones recorded since).
 """
 
 from __future__ import annotations
@@ -14,9 +15,6 @@ from pathlib import Path
 
 from store import id_filter as filters
 from store.dedup_store import DedupStore
-from store.errors import StoreError
-
-ATTEMPTS = 3
 
 
 def main(argv: list[str]) -> int:
@@ -24,17 +22,10 @@ def main(argv: list[str]) -> int:
         print("usage: python -m store.filter_builder STORE_DIR OUT_FILE SPAN", file=sys.stderr)
         return 64
     store_dir, out, span = Path(argv[0]), Path(argv[1]), int(argv[2])
-    for attempt in range(ATTEMPTS):
-        try:
-            with DedupStore.open_secondary(store_dir) as store:
-                id_filter, stamp = store.build_id_filter(span)
-        except StoreError:
-            if attempt + 1 == ATTEMPTS:
-                raise
-            continue  # the writer started a generation meanwhile: read the store again
-        filters.save(id_filter, out, stamp)
-        return 0
-    raise AssertionError("unreachable")
+    with DedupStore.open_secondary(store_dir) as store:
+        id_filter, stamp = store.build_id_filter(span)
+    filters.save(id_filter, out, stamp)
+    return 0
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from store import id_filter as filters
 from store.child_process import Child, ChildFailed
 from store.id_filter import FilterStamp, IdFilter
 
-GROW_AHEAD_AT = 0.6  # of its capacity: the build has the other 40% of the ids to finish in
+GROW_AHEAD_AT = 0.5  # of its capacity: the build has the other half of the ids to finish in
 GROWN_FILE = ".id-filter-grown"  # beside the store; never read as the saved filter
 
 

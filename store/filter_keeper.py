@@ -27,6 +27,7 @@ from store import id_filter as filters
 from store.codec import StoreIdentity, StoreState
 from store.errors import StoreError
 from store.filter_growth import GROW_AHEAD_AT, GROWN_FILE, Growth, GrowthFailed
+from store.generations import ScanPoint
 from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 FILTER_FILE = "id-filter"  # beside the database
 FILTER_SLACK = 1.05  # the window may pass its bound by a batch before the worker ages it
 LOG_BUILDS_ABOVE = 100_000  # ids: smaller builds take well under a second and are not worth a log line
+# ids a grown filter's catch-up scans per batch recorded: a step costs the writer's thread about what a
+# batch of 5,000 ids does, where reading all it lacks at once would stall it for seconds
+CATCH_UP_SCAN = 25_000
 
 
 @dataclass(frozen=True)
@@ -45,9 +49,30 @@ class StoreAccess:
     state: Callable[[], StoreState]
     window: Callable[[], int]  # ids a new filter is sized for
     id_chunks: Callable[[int, int], Iterator[tuple[list[bytes], list[int]]]]  # (keys, seqs) numbered low..high-1
+    # a bounded part of that scan: (low, high, resume after, entries to scan) -> (keys, seqs, where to resume)
+    id_scan_step: Callable[[int, int, ScanPoint | None, int], tuple[list[bytes], list[int], ScanPoint | None]]
     saved_token: Callable[[], str | None]
     name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
     grows: Callable[[], bool] = lambda: False  # no aging bound: the filter is built again, larger, as it fills
+
+
+@dataclass
+class _CatchUp:
+    """A filter grown apart, taking in the ids numbered ``low`` to ``high - 1`` (recorded while its child read the
+    store) a step at a time; each batch recorded since goes to it as to the current one."""
+
+    id_filter: IdFilter
+    low: int
+    high: int
+    started: float  # time.monotonic() when its file was read
+    resume: ScanPoint | None = None  # where the next step scans from (None: the start)
+    added: int = 0
+    steps: int = 0
+
+
+def _took(id_filter: IdFilter, keys: list[bytes], seqs: np.ndarray, cut: int) -> bool:
+    """Add a batch just recorded to ``id_filter``; False where it had no room (it may then lack an entry)."""
+    return id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)
 
 
 class FilterKeeper:
@@ -61,6 +86,7 @@ class FilterKeeper:
         self._named: FilterStamp | None = None  # the stamp of the file this keeper last read back or saved
         self._reading: filters.BackgroundLoad | None = None
         self._growth: Growth | None = None
+        self._catch_up: _CatchUp | None = None  # a grown filter taking in the ids recorded since its child read
         self._growth_failed = False  # not tried again until a filter is built inline
 
     def read_ahead(self) -> None:
@@ -85,11 +111,13 @@ class FilterKeeper:
 
     @property
     def growing(self) -> bool:
-        """Whether a larger filter is being built apart (its child reads every generation meanwhile)."""
-        return self._growth is not None
+        """Whether a larger filter is being built apart, or brought up to date: its child, then its catch-up,
+        read the generations meanwhile, which must stay as they are."""
+        return self._growth is not None or self._catch_up is not None
 
     def step_growth(self) -> None:
-        """What ``add`` does for a growth between batches: poll it, or start one that is due."""
+        """What ``add`` does for a growth between batches: poll it, start one that is due, or take in the next
+        step of what a grown filter lacks."""
         if self.current is not None:
             self._grow_ahead(self.current)
 
@@ -113,14 +141,23 @@ class FilterKeeper:
         id_filter = self.current
         if id_filter is None:  # not made yet: when it is, it reads them from the store
             return
-        cut = self._store.state().first_live_seq
-        if not (id_filter.claim(int(seqs.min()), int(seqs.max()) + 1, cut) and id_filter.add(key_hashes(keys), seqs)):
+        self._add_to_catch_up(keys, seqs)
+        if not _took(id_filter, keys, seqs, self._store.state().first_live_seq):
             self.current = None  # never left half-updated: a filter that missed an id would let a duplicate by
+            if self._catch_up is not None:  # a grown filter catching up: finish it rather than build one
+                self._catch_up_step(to_the_end=True)
+            if self.current is not None:
+                return
             self._end_growth()
             self._growth_failed = False
             self.current = self._build(self._grown_span(id_filter) if self._store.grows() else None)
             return
         self._grow_ahead(id_filter)
+
+    def _add_to_catch_up(self, keys: list[bytes], seqs: np.ndarray) -> None:
+        catch_up = self._catch_up
+        if catch_up is not None and not _took(catch_up.id_filter, keys, seqs, self._store.state().first_live_seq):
+            self._growth_failed_with(GrowthFailed("the filter built cannot take the ids recorded since"))
 
     def _grown_span(self, id_filter: IdFilter) -> int:
         """The stretch of a growing store's next filter: twice this one's (doubled again while the live ids
@@ -137,7 +174,10 @@ class FilterKeeper:
 
     def _grow_ahead(self, id_filter: IdFilter) -> None:
         """Past ``GROW_AHEAD_AT`` of a growing store's filter, build the next one in a child process; once it is
-        read, bring it up to date and take it in place of this one."""
+        read, bring it up to date a step per batch (``_catch_up_step``) and take it in place of this one."""
+        if self._catch_up is not None:
+            self._catch_up_step()
+            return
         growth = self._growth
         if growth is None:
             store = self._store
@@ -155,26 +195,60 @@ class FilterKeeper:
             return
         if grown is not None:
             self._end_growth()
-            taken = self._up_to_date(
-                *grown, source=f"the id filter grown apart ({grown[0].memory_bytes / 2**20:.0f} MiB)"
-            )
-            if taken is None:  # not this store's, or outgrown meanwhile: not tried again until built inline
+            grown_filter, stamp = grown
+            state = self._store.state()
+            low = max(stamp.next_seq, state.first_live_seq)
+            if not self._stamp_fits(stamp) or not grown_filter.claim(low, state.next_seq, state.first_live_seq):
                 self._growth_failed_with(GrowthFailed("the filter built cannot take the ids recorded since"))
-            else:
-                self.current = taken
+                return  # not this store's, or outgrown meanwhile: not tried again until built inline
+            self._catch_up = _CatchUp(grown_filter, low, state.next_seq, time.monotonic())
+            self._catch_up_step()
+
+    def _catch_up_step(self, *, to_the_end: bool = False) -> None:
+        """Scan ``CATCH_UP_SCAN`` more ids of the generations holding the numbers a grown filter lacks (all that is
+        left: ``to_the_end``), and add those it lacks; take it in place of the current one once the scan is
+        done."""
+        catch_up = self._catch_up
+        assert catch_up is not None
+        while True:
+            live = max(catch_up.low, self._store.state().first_live_seq)
+            keys, seqs, catch_up.resume = self._store.id_scan_step(live, catch_up.high, catch_up.resume, CATCH_UP_SCAN)
+            if keys and not catch_up.id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+                self._growth_failed_with(GrowthFailed("the filter built has no room for the ids recorded since"))
+                return
+            catch_up.added += len(keys)
+            catch_up.steps += 1
+            if catch_up.resume is None or not to_the_end:
+                break
+        if catch_up.resume is not None:
+            return
+        self._catch_up = None
+        self.current = catch_up.id_filter
+        identity = self._store.identity
+        log.info(
+            "%s[%d]: loaded the id filter grown apart (%.0f MiB) and added the %d ids recorded since it was saved "
+            "in %d steps over %.1f s",
+            identity.topic, identity.partition, catch_up.id_filter.memory_bytes / 2**20, catch_up.added,
+            catch_up.steps, time.monotonic() - catch_up.started,
+        )  # fmt: skip
+
+    def _stamp_fits(self, stamp: FilterStamp) -> bool:
+        """Whether a filter stamped so was built from this store, as it was at or before now."""
+        identity = self._store.identity
+        return (stamp.topic, stamp.partition, stamp.created_ms) == (
+            identity.topic,
+            identity.partition,
+            identity.created_ms,
+        ) and stamp.next_seq <= self._store.state().next_seq
 
     def _up_to_date(self, id_filter: IdFilter, stamp: FilterStamp, source: str) -> IdFilter | None:
         """A filter read from a file with the ids recorded from its stamp's number on added (read from the
         newest generations); None where it is not this store's or cannot take them."""
-        store = self._store
-        identity, state = store.identity, store.state()
-        if (stamp.topic, stamp.partition, stamp.created_ms) != (
-            identity.topic,
-            identity.partition,
-            identity.created_ms,
-        ) or stamp.next_seq > state.next_seq:
+        if not self._stamp_fits(stamp):
             return None
+        store = self._store
         started = time.monotonic()
+        state = store.state()
         low = max(stamp.next_seq, state.first_live_seq)
         if not id_filter.claim(low, state.next_seq, state.first_live_seq):
             return None  # the window outgrew it: a larger one is built
@@ -183,7 +257,7 @@ class FilterKeeper:
             return None
         log.info(
             "%s[%d]: loaded %s and added the %d ids recorded since it was saved in %.1f s",
-            identity.topic, identity.partition, source, added, time.monotonic() - started,
+            store.identity.topic, store.identity.partition, source, added, time.monotonic() - started,
         )  # fmt: skip
         return id_filter
 
@@ -193,6 +267,7 @@ class FilterKeeper:
         self._growth_failed = True
 
     def _end_growth(self) -> None:
+        self._catch_up = None
         if self._growth is not None:
             self._growth.end()
             self._growth = None
@@ -272,22 +347,24 @@ class FilterKeeper:
             self._named = stamp
         return id_filter
 
-    def build_apart(self, span: int) -> tuple[IdFilter, FilterStamp]:
-        """A filter of every live id whose groups cover ``span`` numbers each, and a stamp of what it holds (for
-        ``store.filter_builder``, on a secondary instance: its token is named nowhere)."""
-        stamp = self._new_stamp()
-        return self._build(span), stamp
+    def build_apart(self, span: int, below: int | None = None) -> tuple[IdFilter, FilterStamp]:
+        """A filter of every live id (numbered below ``below`` if given) whose groups cover ``span`` numbers each,
+        and a stamp of what it holds (for ``store.filter_builder``, on a secondary instance: its token is named
+        nowhere)."""
+        high = self._store.state().next_seq if below is None else min(below, self._store.state().next_seq)
+        return self._build(span, high), self._new_stamp(high)
 
-    def _build(self, span: int | None = None) -> IdFilter:
+    def _build(self, span: int | None = None, high: int | None = None) -> IdFilter:
         """A filter of every live id, read from the store, with groups of ``span`` numbers (default: sized for
-        the store's window)."""
+        the store's window); only those numbered below ``high`` if given."""
         store = self._store
         started = time.monotonic()
         state = store.state()
+        low, high = state.first_live_seq, max(state.first_live_seq, state.next_seq if high is None else high)
         id_filter = IdFilter(span or math.ceil(store.window() * FILTER_SLACK / (GROUPS - 1)))
-        if not id_filter.claim(state.first_live_seq, state.next_seq, state.first_live_seq):
+        if not id_filter.claim(low, high, low):
             raise StoreError(f"store {store.path}: a new id filter cannot hold its window (a bug)")
-        added = self._add_from_store(id_filter, state.first_live_seq, state.next_seq)
+        added = self._add_from_store(id_filter, low, high)
         if added is None:
             raise StoreError(f"store {store.path}: a new id filter found no room for its ids (a bug)")
         if added > LOG_BUILDS_ABOVE:
@@ -309,12 +386,13 @@ class FilterKeeper:
                 added += len(keys)
         return added
 
-    def _new_stamp(self) -> FilterStamp:
+    def _new_stamp(self, next_seq: int | None = None) -> FilterStamp:
+        """A stamp for a filter that holds every live id numbered below ``next_seq`` (default: every one)."""
         identity = self._store.identity
         return FilterStamp(
             topic=identity.topic,
             partition=identity.partition,
             created_ms=identity.created_ms,
             token=secrets.token_hex(8),
-            next_seq=self._store.state().next_seq,
+            next_seq=self._store.state().next_seq if next_seq is None else next_seq,
         )

@@ -95,6 +95,14 @@ class Generation:
     handle: Any  # rocksdict's ColumnFamily handle (the binding exports no type for it)
 
 
+@dataclass(frozen=True)
+class ScanPoint:
+    """Where a scan of generations' ids stopped: after ``key`` in the generation that starts at ``first_seq``."""
+
+    first_seq: int
+    key: bytes
+
+
 class Generations:
     """The live generations of one store, oldest first. Not thread-safe (the store's owner thread)."""
 

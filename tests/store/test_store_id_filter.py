@@ -5,6 +5,7 @@ asks it answers exactly like the store read directly."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -333,7 +334,7 @@ def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, grow
         store.record(ids[:12_000], list(range(12_000)), output_offsets=range(100, 12_100))
         store.forget_many(lost)
         store.record(ids[12_000:], list(range(12_000, 20_000)), output_offsets=range(12_100, 20_100))
-        growth = store._filters._growth  # past 60%: a filter built apart, from a store that lacks the lost ids
+        growth = store._filters._growth  # past half: a filter built apart, from a store that lacks the lost ids
         assert growth is not None
         assert growth.child.process.wait(60) == 0
         assert store.place(lost, list(range(600, 610))) == list(range(500, 510))
@@ -343,6 +344,99 @@ def test_ids_put_back_while_a_filter_grows_apart_void_that_filter(tmp_path, grow
         recorded = _record_until(store, more, lambda: store._filters.current is not first, step=10)
         _record(store, more[recorded:], start_ms=100_000)
         assert all(_answers_match(store, ids + more))
+
+
+def _grown_apart_then_recorded(store: DedupStore, ids: list[bytes], meanwhile: int) -> int:
+    """Record ``ids`` until a growth starts, let its child finish, then record ``meanwhile`` more in one batch,
+    which the filter it built lacks; returns how many were recorded."""
+    at = _record_until(store, ids, lambda: store._filters._growth is not None)
+    assert store._filters._growth.child.process.wait(60) == 0
+    store.record(ids[at : at + meanwhile], list(range(at, at + meanwhile)))
+    return at + meanwhile
+
+
+def test_a_grown_filter_takes_in_the_ids_recorded_meanwhile_a_step_per_batch(tmp_path, growing, monkeypatch, caplog):
+    from store import filter_keeper
+
+    monkeypatch.setattr(filter_keeper, "CATCH_UP_SCAN", 500)
+    ids, unseen = mixed_ids(40_000), mixed_ids(3_000)
+    with (
+        caplog.at_level("INFO", logger="store.filter_keeper"),
+        DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store,
+    ):
+        store.contains_many([b"x"])
+        first = store._filters.current
+        at = _grown_apart_then_recorded(store, ids, 4_000)
+        batches = 0
+        while store._filters.current is first:  # the old filter answers while the grown one catches up
+            assert all(_answers_match(store, ids[:at:7]))
+            store.record(ids[at : at + 10], list(range(at, at + 10)))
+            at, batches = at + 10, batches + 1
+            assert batches < 500, "the grown filter did not catch up"
+        assert batches > 3  # a part at a time, not all at once
+        assert store._filters.current.capacity >= 2 * first.capacity
+        assert all(_answers_match(store, ids[:at]))
+        assert not any(_answers_match(store, unseen))
+    steps = re.search(r"added the (\d+) ids recorded since it was saved in (\d+) steps", caplog.text)
+    assert steps is not None and int(steps[1]) >= 4_000 and 3 < int(steps[2]) <= batches + 1
+
+
+def test_an_old_filter_that_fills_while_the_grown_one_catches_up_hands_over_without_a_build(
+    tmp_path, growing, monkeypatch
+):
+    from store import filter_keeper
+
+    monkeypatch.setattr(filter_keeper, "CATCH_UP_SCAN", 100)
+    builds = []
+    build = filter_keeper.FilterKeeper._build
+    monkeypatch.setattr(filter_keeper.FilterKeeper, "_build", lambda keeper, *a: builds.append(a) or build(keeper, *a))
+    ids = mixed_ids(40_000)
+    with DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store:
+        store.contains_many([b"x"])
+        first = store._filters.current
+        at = _grown_apart_then_recorded(store, ids, 2_000)
+        while store._filters._catch_up is None:
+            store.record(ids[at : at + 10], list(range(at, at + 10)))
+            at += 10
+        assert store._filters.current is first
+        builds.clear()
+        overflow = first.capacity - at + 1_000  # past what the old filter can hold, in one batch
+        store.record(ids[at : at + overflow], list(range(at, at + overflow)))
+        at += overflow
+        assert builds == []  # the grown filter was finished and taken, not a new one built
+        assert store._filters._catch_up is None
+        assert store._filters.current.capacity >= 2 * first.capacity
+        assert all(_answers_match(store, ids[:at]))
+
+
+def test_ids_put_back_while_a_grown_filter_catches_up_void_it(tmp_path, growing, monkeypatch):
+    from store import filter_keeper
+
+    monkeypatch.setattr(filter_keeper, "CATCH_UP_SCAN", 100)
+    ids = _ajs(30_000)
+    recorded = 0
+
+    def record(count: int) -> None:  # each id published at the output offset of its own number
+        nonlocal recorded
+        numbers = range(recorded, recorded + count)
+        store.record(ids[recorded : recorded + count], list(numbers), output_offsets=numbers)
+        recorded += count
+
+    with DedupStore.open(tmp_path / "t-0", topic="t", partition=0) as store:
+        store.contains_many([b"x"])
+        first = store._filters.current
+        while store._filters._growth is None:
+            record(100)
+        assert store._filters._growth.child.process.wait(60) == 0
+        record(2_000)  # which the grown filter lacks: its catch-up reads them, a part per batch
+        lost_numbers = list(range(recorded - 100, recorded - 90))
+        lost = [ids[number] for number in lost_numbers]
+        store.forget_many(lost)
+        while store._filters._catch_up is None:
+            record(10)
+        assert store.place(lost, lost_numbers) == lost_numbers
+        assert store._filters._catch_up is None and store._filters.current is first
+        assert all(_answers_match(store, ids[:recorded]))
 
 
 def _cannot_start(*args, **kwargs):
@@ -375,26 +469,28 @@ def test_a_growth_that_fails_leaves_the_store_to_build_its_filter_inline(
     assert f"could not grow the id filter apart {logged}" in caplog.text
 
 
-def test_a_filter_built_apart_is_refused_when_the_writer_started_a_generation_the_reader_did_not_open(
-    tmp_path, short_generations
-):
+def test_a_filter_built_apart_stops_below_a_generation_the_reader_did_not_open(tmp_path, short_generations):
     from store.codec import decode_state
     from store.dedup_store import META_STATE
-    from store.errors import StoreError
 
     path, window = tmp_path / "t-0", short_generations(1_000)
     with DedupStore.open(path, topic="t", partition=0, window_ids=window) as writer:
         writer.contains_many([b"x"])
         span = writer._filters.current.span
-        _record(writer, _ajs(span - 10))
+        before, after = _ajs(span - 10), _ajs(100)
+        _record(writer, before)
         reader = DedupStore.open_secondary(path)
         try:
-            _record(writer, _ajs(100))  # into a new generation, which the reader does not follow
+            _record(writer, after)  # into a new generation, which the reader does not follow
             # what a catch-up racing the family listing sees: numbers past the generations it opened
             reader._db.try_catch_up_with_primary()
             reader._state = decode_state(reader._meta.get(META_STATE))
             assert reader.state.next_seq == span + 90
-            with pytest.raises(StoreError, match="a generation started while its id filter was built"):
-                reader.build_id_filter(2 * span)
+            built, stamp = reader.build_id_filter(2 * span)
         finally:
             reader.close()
+        assert stamp.next_seq == span  # the first number of the generation it could not read
+        assert built.may_hold(key_hashes(encode_ids(before))).all()
+        # the worker adds the rest from the stamp's number on, as it adds what was recorded since
+        taken = writer._filters._up_to_date(built, stamp, source="a filter built apart")
+        assert taken is not None and taken.may_hold(key_hashes(encode_ids(before + after))).all()
