@@ -64,7 +64,7 @@ class _CatchUp:
     id_filter: IdFilter
     low: int
     high: int
-    started: float  # time.monotonic() when its file was read
+    started: float  # time.monotonic() when it began
     resume: ScanPoint | None = None  # where the next step scans from (None: the start)
     added: int = 0
     steps: int = 0
@@ -195,13 +195,10 @@ class FilterKeeper:
             return
         if grown is not None:
             self._end_growth()
-            grown_filter, stamp = grown
-            state = self._store.state()
-            low = max(stamp.next_seq, state.first_live_seq)
-            if not self._stamp_fits(stamp) or not grown_filter.claim(low, state.next_seq, state.first_live_seq):
+            self._catch_up = self._catch_up_from(*grown)
+            if self._catch_up is None:  # not this store's, or outgrown meanwhile: not tried again until built inline
                 self._growth_failed_with(GrowthFailed("the filter built cannot take the ids recorded since"))
-                return  # not this store's, or outgrown meanwhile: not tried again until built inline
-            self._catch_up = _CatchUp(grown_filter, low, state.next_seq, time.monotonic())
+                return
             self._catch_up_step()
 
     def _catch_up_step(self, *, to_the_end: bool = False) -> None:
@@ -232,32 +229,35 @@ class FilterKeeper:
             catch_up.steps, time.monotonic() - catch_up.started,
         )  # fmt: skip
 
-    def _stamp_fits(self, stamp: FilterStamp) -> bool:
-        """Whether a filter stamped so was built from this store, as it was at or before now."""
-        identity = self._store.identity
-        return (stamp.topic, stamp.partition, stamp.created_ms) == (
+    def _catch_up_from(self, id_filter: IdFilter, stamp: FilterStamp) -> _CatchUp | None:
+        """What a filter read from a file lacks: the live ids numbered from its stamp's number to the next one,
+        their numbers claimed in it; None where it is not this store's or cannot take them (the window
+        outgrew it)."""
+        identity, state = self._store.identity, self._store.state()
+        if (stamp.topic, stamp.partition, stamp.created_ms) != (
             identity.topic,
             identity.partition,
             identity.created_ms,
-        ) and stamp.next_seq <= self._store.state().next_seq
+        ) or stamp.next_seq > state.next_seq:
+            return None
+        low = max(stamp.next_seq, state.first_live_seq)
+        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
+            return None
+        return _CatchUp(id_filter, low, state.next_seq, time.monotonic())
 
     def _up_to_date(self, id_filter: IdFilter, stamp: FilterStamp, source: str) -> IdFilter | None:
         """A filter read from a file with the ids recorded from its stamp's number on added (read from the
-        newest generations); None where it is not this store's or cannot take them."""
-        if not self._stamp_fits(stamp):
+        newest generations) at once; None where it is not this store's or cannot take them."""
+        catch_up = self._catch_up_from(id_filter, stamp)
+        if catch_up is None:
             return None
-        store = self._store
-        started = time.monotonic()
-        state = store.state()
-        low = max(stamp.next_seq, state.first_live_seq)
-        if not id_filter.claim(low, state.next_seq, state.first_live_seq):
-            return None  # the window outgrew it: a larger one is built
-        added = self._add_from_store(id_filter, low, state.next_seq)
+        added = self._add_from_store(id_filter, catch_up.low, catch_up.high)
         if added is None:
             return None
+        identity = self._store.identity
         log.info(
             "%s[%d]: loaded %s and added the %d ids recorded since it was saved in %.1f s",
-            store.identity.topic, store.identity.partition, source, added, time.monotonic() - started,
+            identity.topic, identity.partition, source, added, time.monotonic() - catch_up.started,
         )  # fmt: skip
         return id_filter
 
