@@ -3,9 +3,11 @@ filter's growth, ``store.filter_growth``; a merge of generations, ``store.genera
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 
 class ChildFailed(Exception):
@@ -13,16 +15,26 @@ class ChildFailed(Exception):
 
 
 class Child:
-    """One child process, polled from the store's thread; ``end`` stops it if it still runs."""
+    """One child process, polled from the store's thread; ``end`` stops it if it still runs.
+
+    The child's temporary files (its secondary instance's directory) go to a directory this object owns and
+    removes at ``end``: a child stopped early is killed, and a killed process removes nothing."""
 
     def __init__(self, module: str, *args: str):
+        self._scratch = tempfile.TemporaryDirectory(prefix="dedupectl-child-", ignore_cleanup_errors=True)
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
+            env={**os.environ, "TMPDIR": self._scratch.name},
         )
+
+    @property
+    def scratch(self) -> Path:
+        """The child's temporary directory (its TMPDIR), gone once ``end`` returns."""
+        return Path(self._scratch.name)
 
     def finished(self) -> bool:
         """Whether it exited with 0 (False while it runs); raises ChildFailed if it exited otherwise."""
@@ -40,3 +52,4 @@ class Child:
             self.process.kill()
             self.process.wait()
         self._errors.close()
+        self._scratch.cleanup()
