@@ -247,7 +247,6 @@ class DedupStore:
                 identity=identity,
                 state=lambda: self._state,
                 window=self._filter_window,
-                id_chunks=self._id_chunks,
                 id_scan_step=self._id_scan_step,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,

@@ -17,7 +17,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,7 @@ LOG_BUILDS_ABOVE = 100_000  # ids: smaller builds take well under a second and a
 # ids a grown filter's catch-up scans per batch recorded: a step costs the writer's thread about what a
 # batch of 5,000 ids does, where reading all it lacks at once would stall it for seconds
 CATCH_UP_SCAN = 25_000
+BUILD_SCAN = 100_000  # ids scanned a part when a filter is built or read back whole, on the worker's thread
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class StoreAccess:
     identity: StoreIdentity
     state: Callable[[], StoreState]
     window: Callable[[], int]  # ids a new filter is sized for
-    id_chunks: Callable[[int, int], Iterator[tuple[list[bytes], list[int]]]]  # (keys, seqs) numbered low..high-1
-    # a bounded part of that scan: (low, high, resume after, entries to scan) -> (keys, seqs, where to resume)
+    # a part of the scan for the ids numbered low..high-1: (low, high, resume after, entries to scan) ->
+    # (their keys, their numbers, where the next part resumes: None once the scan is done)
     id_scan_step: Callable[[int, int, ScanPoint | None, int], tuple[list[bytes], list[int], ScanPoint | None]]
     saved_token: Callable[[], str | None]
     name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
@@ -210,7 +211,7 @@ class FilterKeeper:
         while True:
             live = max(catch_up.low, self._store.state().first_live_seq)
             keys, seqs, catch_up.resume = self._store.id_scan_step(live, catch_up.high, catch_up.resume, CATCH_UP_SCAN)
-            if keys and not catch_up.id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
+            if not _add(catch_up.id_filter, keys, seqs):
                 self._growth_failed_with(GrowthFailed("the filter built has no room for the ids recorded since"))
                 return
             catch_up.added += len(keys)
@@ -378,13 +379,16 @@ class FilterKeeper:
     def _add_from_store(self, id_filter: IdFilter, low: int, high: int) -> int | None:
         """Add the ids the store holds under numbers ``low`` to ``high - 1``; how many, or None when one found
         no room (the filter may then have lost an entry)."""
-        added = 0
-        if low < high:
-            for keys, seqs in self._store.id_chunks(low, high):
-                if not id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64)):
-                    return None
-                added += len(keys)
-        return added
+        if low >= high:
+            return 0
+        added, resume = 0, None
+        while True:
+            keys, seqs, resume = self._store.id_scan_step(low, high, resume, BUILD_SCAN)
+            if not _add(id_filter, keys, seqs):
+                return None
+            added += len(keys)
+            if resume is None:
+                return added
 
     def _new_stamp(self, next_seq: int | None = None) -> FilterStamp:
         """A stamp for a filter that holds every live id numbered below ``next_seq`` (default: every one)."""
@@ -396,3 +400,8 @@ class FilterKeeper:
             token=secrets.token_hex(8),
             next_seq=self._store.state().next_seq if next_seq is None else next_seq,
         )
+
+
+def _add(id_filter: IdFilter, keys: list[bytes], seqs: list[int]) -> bool:
+    """Add encoded ids under their numbers; False when one found no room (the filter may then have lost an entry)."""
+    return not keys or id_filter.add(key_hashes(keys), np.asarray(seqs, np.int64))
