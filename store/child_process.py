@@ -1,13 +1,22 @@
 """A child process of a store's: a Python module run by this interpreter, apart from the worker's thread (a
-filter's growth, ``store.filter_growth``; a merge of generations, ``store.generation_merge``)."""
+filter's growth, ``store.filter_growth``; a merge of generations, ``store.generation_merge``).
+
+A child never outlives the worker that started it: what it writes (a grown filter's file, a merge's files) is
+read only by the ``Growth`` or ``Merge`` that started it, and a child of a killed worker could otherwise write
+them where the worker started in its place reads its own child's."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+PARENT_ENV = "DEDUPECTL_CHILD_OF"  # the pid of the process that started the child
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class ChildFailed(Exception):
@@ -28,7 +37,7 @@ class Child:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._errors,
-            env={**os.environ, "TMPDIR": self._scratch.name},
+            env={**os.environ, "TMPDIR": self._scratch.name, PARENT_ENV: str(os.getpid())},
         )
 
     @property
@@ -53,3 +62,17 @@ class Child:
             self.process.wait()
         self._errors.close()
         self._scratch.cleanup()
+
+
+def end_with_parent() -> None:
+    """The first call of a child's main: from here on the kernel kills the child when the thread that started
+    it ends (the worker's, whose store owns the child; on Linux, where workers run); a child whose parent is
+    already gone exits at once."""
+    parent = os.environ.get(PARENT_ENV)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != int(parent):  # it died before the line above: no signal will come
+        raise SystemExit(f"the process that started this child ({parent}) has ended")

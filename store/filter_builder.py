@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from store import id_filter as filters
+from store.child_process import end_with_parent
 from store.dedup_store import DedupStore
 
 
@@ -21,6 +22,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m store.filter_builder STORE_DIR OUT_FILE SPAN", file=sys.stderr)
         return 64
+    end_with_parent()
     store_dir, out, span = Path(argv[0]), Path(argv[1]), int(argv[2])
     with DedupStore.open_secondary(store_dir) as store:
         id_filter, stamp = store.build_id_filter(span)

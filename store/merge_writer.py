@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rocksdict import Cache, SstFileWriter
 
+from store.child_process import end_with_parent
 from store.dedup_store import DedupStore
 from store.generation_merge import DONE_FILE, PLAN_FILE
 from store.options import generation_options
@@ -51,6 +52,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m store.merge_writer STORE_DIR MERGE_DIR", file=sys.stderr)
         return 64
+    end_with_parent()
     store_dir, directory = Path(argv[0]), Path(argv[1])
     os.nice(MERGE_NICENESS)
     plan = json.loads((directory / PLAN_FILE).read_text())

@@ -1,9 +1,15 @@
 """A store's child process (a filter's growth, a merge) leaves no temporary files behind, whether it ran to the
-end or was killed on the way."""
+end or was killed on the way, and never outlives the process that started it."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +54,39 @@ def test_a_child_that_ran_to_the_end_leaves_only_what_it_was_asked_to_write(stor
     child.end()
     assert not child.scratch.exists()
     assert (tmp_path / "grown").exists()
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"  # a zombie has ended; its new parent may not reap it at once
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_child_ends_with_the_process_that_started_it(store_path, tmp_path):
+    out = tmp_path / "grown"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+                import sys, time
+                from store.child_process import Child
+                child = Child("store.filter_builder", {str(store_path)!r}, {str(out)!r}, "1000000")
+                print(child.process.pid, flush=True)
+                time.sleep(600)
+            """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    child_pid = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)  # as a worker is killed: nothing of it runs to stop the child
+    parent.wait()
+    parent.stdout.close()
+    _wait_for(lambda: not _running(child_pid), timeout_s=30)
+    time.sleep(0.5)
+    assert not out.exists()  # killed before it wrote what only its dead parent would have read
