@@ -285,8 +285,9 @@ class DedupStore:
         self._close_families()
         self._db.close()
         names, self._db = self._open_secondary_db(self.path, self._secondary_dir.name)
-        self.identity, self._state = self._read_meta(self._db, self.path)
+        self.identity, state = self._read_meta(self._db, self.path)
         self._attach(names)
+        self._state = self._visible(state)
 
     def _generation(self, name: str, first_seq: int) -> Generation:
         return Generation(first_seq, name, self._db.get_column_family(name), self._db.get_column_family_handle(name))
@@ -402,6 +403,7 @@ class DedupStore:
         identity, state = cls._read_meta(db, path)
         store = cls(db, path, identity, state, writable=False, families=names)
         store._secondary_dir = scratch
+        store._state = store._visible(state)
         return store
 
     @classmethod
@@ -600,8 +602,24 @@ class DedupStore:
                     self._reopen_secondary()
             raw = self._meta.get(META_STATE)
             if raw is not None:
-                self._state = decode_state(raw)
+                self._state = self._visible(decode_state(raw))
             self._load_gaps()
+
+    def _visible(self, state: StoreState) -> StoreState:
+        """A secondary instance's state, as far as its families hold it. The writer may start a generation
+        after the instance listed the families and before it caught up: the instance then reads the batches
+        recorded into it (the state) but not that generation's ids, so its state stops below them."""
+        below = self._first_unseen_generation()
+        if below is None or below >= state.next_seq:
+            return state
+        return replace(state, next_seq=max(below, state.first_live_seq))
+
+    def _first_unseen_generation(self) -> int | None:
+        """The first number of the oldest generation the writer started since this instance listed the families
+        (None: none). A merged generation holds only ids of generations the instance reads."""
+        unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
+        written = [name for name in unseen if not gens.merge_of(name)]
+        return min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
 
     # -- output gaps (store.codec, "Output gaps") -------------------------------------------------------
 
@@ -739,13 +757,7 @@ class DedupStore:
         after this instance listed the families and before it caught up, the instance cannot read that
         generation: the filter then holds the ids below its first number, and its stamp says so (the worker
         adds the rest, as it adds those recorded since)."""
-        below = None
-        if not self.writable:
-            unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
-            # a merged generation holds only ids of generations this instance read
-            written = [name for name in unseen if not gens.merge_of(name)]
-            below = min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
-        return self._filters.build_apart(span, below)
+        return self._filters.build_apart(span, None if self.writable else self._first_unseen_generation())
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so

@@ -125,6 +125,30 @@ def test_a_secondary_sees_the_generations_a_writer_adds_after_it_opened(tmp_path
             assert len(reader.id_families()) == len(store.id_families()) >= 4
 
 
+def test_a_secondary_opened_while_the_writer_starts_a_generation_reports_only_what_it_can_read(
+    tmp_path, short_generations, monkeypatch
+):
+    path = tmp_path / "events-0"
+    window = short_generations(1_000)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        first = [b"first:%d" % n for n in range(500)]
+        store.record(first, [1] * len(first))
+        listed = DedupStore._check_families(path)  # the reader lists the families here,
+        later = [b"later:%d" % n for n in range(1_500)]
+        store.record(later, [2] * len(later))  # the writer starts a generation at 1,000,
+        with monkeypatch.context() as patched:
+            patched.setattr(DedupStore, "_check_families", staticmethod(lambda _: listed))
+            reader = DedupStore.open_secondary(path)  # and the reader catches up past it
+        with reader:
+            assert reader.state.next_seq == 1_000  # what its families hold, not what the writer's state says
+            held = first + later[:500]
+            assert [hit is not None for hit in reader.lookup_many(held)] == [True] * len(held)
+            assert reader.lookup_many([later[499]])[0][0] == reader.state.next_seq - 1  # its newest, found
+            reader.refresh()  # lists the families again
+            assert reader.state.next_seq == 2_000
+            assert all(hit is not None for hit in reader.lookup_many(first + later))
+
+
 def _store_of_schema_4(path: Path, ids: list[bytes], max_keys: int) -> None:
     with DedupStore.open(path, topic="events", partition=0) as store:
         for start in range(0, len(ids), 5_000):
