@@ -417,6 +417,9 @@ class DedupStore:
                     str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
                 )
                 db.try_catch_up_with_primary()
+                # again: one catch-up was seen to leave out the writes of a flush the writer finished meanwhile
+                # (a view without the batches below its newest); a second reads the manifest that names them
+                db.try_catch_up_with_primary()
             except Exception as error:
                 # the writer dropped or added a generation between the listing and the open: list again
                 if any(race in str(error) for race in _FAMILY_RACES) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
