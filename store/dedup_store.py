@@ -40,6 +40,7 @@ from rocksdict import (
 
 from store import generation_merge as merges
 from store import generations as gens
+from store.catch_up import catch_up
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
@@ -119,7 +120,8 @@ log = logging.getLogger(__name__)
 LOOKUP_CHUNK = 32
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 _SCAN_CHUNK = 100_000
-_SECONDARY_OPEN_ATTEMPTS = 5
+_SECONDARY_OPEN_SECONDS = 30.0  # how long opening a secondary instance races a writer's new generations
+_SECONDARY_OPEN_PAUSE = 0.01
 # what RocksDB says when a secondary instance opens while the writer drops or creates a family
 _FAMILY_RACES = ("Column family not found", "MANIFEST record referencing unknown column family")
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
@@ -408,25 +410,30 @@ class DedupStore:
 
     @classmethod
     def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict]:
-        for attempt in range(_SECONDARY_OPEN_ATTEMPTS):
+        deadline = time.monotonic() + _SECONDARY_OPEN_SECONDS
+        pause = _SECONDARY_OPEN_PAUSE
+        while True:
             names = cls._check_families(path)
             options, families, _ = _store_options(names, create=False)
             options.set_max_open_files(-1)  # required by secondary instances
+            db = None
             try:
                 db = Rdict(
                     str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
                 )
-                db.try_catch_up_with_primary()
-                # again: one catch-up was seen to leave out the writes of a flush the writer finished meanwhile
-                # (a view without the batches below its newest); a second reads the manifest that names them
-                db.try_catch_up_with_primary()
+                catch_up(db, path)
             except Exception as error:
+                if db is not None:
+                    db.close()
                 # the writer dropped or added a generation between the listing and the open: list again
-                if any(race in str(error) for race in _FAMILY_RACES) and attempt + 1 < _SECONDARY_OPEN_ATTEMPTS:
+                if any(race in str(error) for race in _FAMILY_RACES) and time.monotonic() < deadline:
+                    time.sleep(pause)
+                    pause = min(2 * pause, 0.5)
                     continue
+                if isinstance(error, StoreError):
+                    raise
                 raise _translate_open_error(path, error) from error
             return names, db
-        raise AssertionError("unreachable")
 
     @staticmethod
     def _require_store_dir(path: Path) -> None:
@@ -592,37 +599,32 @@ class DedupStore:
     def refresh(self) -> None:
         """Secondary instances: catch up with the writer and reload the state."""
         if not self.writable:
-            # a secondary instance follows only the families it opened with: one the writer added or
-            # dropped since (a generation) makes it open again
-            if set(Rdict.list_cf(str(self.path))) != set(self._family_names_on_open):
+            try:
+                catch_up(self._db, self.path)
+                families = set(Rdict.list_cf(str(self.path)))
+            except Exception as error:
+                if "unknown column family" not in str(error):
+                    raise
+                families = None
+            # a secondary instance follows only the families it opened with: one the writer added or dropped
+            # since (a generation) makes it open again; the same families: none started since it caught up
+            if families != set(self._family_names_on_open):
                 self._reopen_secondary()
-            else:
-                try:
-                    self._db.try_catch_up_with_primary()
-                except Exception as error:
-                    if "unknown column family" not in str(error):
-                        raise
-                    self._reopen_secondary()
-            raw = self._meta.get(META_STATE)
-            if raw is not None:
-                self._state = self._visible(decode_state(raw))
+            elif (raw := self._meta.get(META_STATE)) is not None:
+                self._state = decode_state(raw)
             self._load_gaps()
 
     def _visible(self, state: StoreState) -> StoreState:
         """A secondary instance's state, as far as its families hold it. The writer may start a generation
         after the instance listed the families and before it caught up: the instance then reads the batches
-        recorded into it (the state) but not that generation's ids, so its state stops below them."""
-        below = self._first_unseen_generation()
+        recorded into it (the state) but not that generation's ids, so its state stops below the first number
+        of the oldest such generation. A merged generation holds only ids of generations the instance reads."""
+        unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
+        written = [name for name in unseen if not gens.merge_of(name)]
+        below = min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
         if below is None or below >= state.next_seq:
             return state
         return replace(state, next_seq=max(below, state.first_live_seq))
-
-    def _first_unseen_generation(self) -> int | None:
-        """The first number of the oldest generation the writer started since this instance listed the families
-        (None: none). A merged generation holds only ids of generations the instance reads."""
-        unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
-        written = [name for name in unseen if not gens.merge_of(name)]
-        return min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
 
     # -- output gaps (store.codec, "Output gaps") -------------------------------------------------------
 
@@ -756,11 +758,10 @@ class DedupStore:
 
     def build_id_filter(self, span: int) -> tuple[IdFilter, FilterStamp]:
         """A new id filter of every live id with groups of ``span`` numbers, and a stamp of what it holds; a secondary
-        instance builds one so for its worker (``store.filter_growth``). Where the writer started a generation
-        after this instance listed the families and before it caught up, the instance cannot read that
-        generation: the filter then holds the ids below its first number, and its stamp says so (the worker
-        adds the rest, as it adds those recorded since)."""
-        return self._filters.build_apart(span, None if self.writable else self._first_unseen_generation())
+        instance builds one so for its worker (``store.filter_growth``). A secondary instance's state stops below
+        a generation it could not open (``_visible``): the filter and its stamp stop there too, and the worker
+        adds the rest, as it adds those recorded since."""
+        return self._filters.build_apart(span)
 
     def _filter_window(self) -> int:
         """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so

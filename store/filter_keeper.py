@@ -348,11 +348,10 @@ class FilterKeeper:
             self._named = stamp
         return id_filter
 
-    def build_apart(self, span: int, below: int | None = None) -> tuple[IdFilter, FilterStamp]:
-        """A filter of every live id (numbered below ``below`` if given) whose groups cover ``span`` numbers each,
-        and a stamp of what it holds (for ``store.filter_builder``, on a secondary instance: its token is named
-        nowhere)."""
-        high = self._store.state().next_seq if below is None else min(below, self._store.state().next_seq)
+    def build_apart(self, span: int) -> tuple[IdFilter, FilterStamp]:
+        """A filter of every live id whose groups cover ``span`` numbers each, and a stamp of what it holds (for
+        ``store.filter_builder``, on a secondary instance: its token is named nowhere)."""
+        high = self._store.state().next_seq
         return self._build(span, high), self._new_stamp(high)
 
     def _build(self, span: int | None = None, high: int | None = None) -> IdFilter:
