@@ -115,8 +115,8 @@ from store.seq_view import SeqView
 
 log = logging.getLogger(__name__)
 
-# rocksdict's multi-get costs more per key on long lists, likely RocksDB's sort of each list before it probes
-# the filters (measured, absent ids, 10M-id store: 1.39M keys/s in lists of 32, 1.24M of 512, 0.86M of 5,000)
+# keys per multi-get: a long list costs more per absent key, likely RocksDB's sort of each list before it probes
+# the filters (docs/benchmarks.md, "Figures behind design choices")
 LOOKUP_CHUNK = 32
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 _SCAN_CHUNK = 100_000
