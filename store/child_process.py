@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 PARENT_ENV = "DEDUPECTL_CHILD_OF"  # the pid of the process that started the child
+SCRATCH_DIR = ".children"  # beside the store's files: what a killed worker's children left, removed at the next open
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -26,11 +28,15 @@ class ChildFailed(Exception):
 class Child:
     """One child process, polled from the store's thread; ``end`` stops it if it still runs.
 
-    The child's temporary files (its secondary instance's directory) go to a directory this object owns and
-    removes at ``end``: a child stopped early is killed, and a killed process removes nothing."""
+    The child's temporary files (its secondary instance's directory) go to a directory of its own under the
+    store's ``SCRATCH_DIR``, which this object removes at ``end``: a child stopped early is killed, and a killed
+    process removes nothing. What a killed worker's children left there, the store's next writer removes
+    (``clear``): it holds the store's lock, so no other process's child uses the directory."""
 
-    def __init__(self, module: str, *args: str):
-        self._scratch = tempfile.TemporaryDirectory(prefix="dedupectl-child-", ignore_cleanup_errors=True)
+    def __init__(self, store_path: Path, module: str, *args: str):
+        scratch_root = Path(store_path) / SCRATCH_DIR
+        scratch_root.mkdir(exist_ok=True)
+        self._scratch = tempfile.TemporaryDirectory(prefix="child-", dir=scratch_root, ignore_cleanup_errors=True)
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - the child writes to it until end() closes it
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args],
@@ -62,6 +68,11 @@ class Child:
             self.process.wait()
         self._errors.close()
         self._scratch.cleanup()
+
+
+def clear(store_path: Path) -> None:
+    """Remove what the children of a worker killed on this store left (by its next writer, before it starts one)."""
+    shutil.rmtree(Path(store_path) / SCRATCH_DIR, ignore_errors=True)
 
 
 def end_with_parent() -> None:

@@ -38,6 +38,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from store import child_process
 from store import generation_merge as merges
 from store import generations as gens
 from store.catch_up import catch_up
@@ -512,6 +513,7 @@ class DedupStore:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
             self._drop_merge_leftovers()
+            child_process.clear(self.path)  # what a killed worker's children left
             for generation in list(self._generations)[:-1]:
                 self._seal_if_written(generation)  # a seal a stop or crash cut short is made again
             newest = self._generations.newest

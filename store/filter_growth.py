@@ -31,7 +31,7 @@ class Growth:
     def __init__(self, store_path: Path, span: int):
         self.file = store_path / GROWN_FILE
         self.file.unlink(missing_ok=True)
-        self.child = Child("store.filter_builder", str(store_path), str(self.file), str(span))
+        self.child = Child(store_path, "store.filter_builder", str(store_path), str(self.file), str(span))
         self._reading: filters.BackgroundLoad | None = None
 
     def poll(self) -> tuple[IdFilter, FilterStamp] | None:

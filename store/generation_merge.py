@@ -49,7 +49,7 @@ class Merge:
         clear(store_path)
         self.directory.mkdir()
         (self.directory / PLAN_FILE).write_text(json.dumps({"runs": runs, "cut": cut}))
-        self.child = Child("store.merge_writer", str(store_path), str(self.directory))
+        self.child = Child(store_path, "store.merge_writer", str(store_path), str(self.directory))
 
     def poll(self) -> list[MergedRun] | None:
         """The runs merged, once the child is done; None meanwhile."""

@@ -1,5 +1,6 @@
 """A store's child process (a filter's growth, a merge) leaves no temporary files behind, whether it ran to the
-end or was killed on the way, and never outlives the process that started it."""
+end or was killed on the way, and never outlives the process that started it; what a killed worker's child
+left, the store's next writer removes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from store.child_process import Child
+from store.child_process import SCRATCH_DIR, Child
 from store.dedup_store import DedupStore
 
 
@@ -28,7 +29,7 @@ def store_path(tmp_path_factory):
 
 
 def _builder(store_path, out) -> Child:
-    return Child("store.filter_builder", str(store_path), str(out), "1000000")
+    return Child(store_path, "store.filter_builder", str(store_path), str(out), "1000000")
 
 
 def _wait_for(condition, timeout_s: float = 60.0) -> None:
@@ -40,6 +41,7 @@ def _wait_for(condition, timeout_s: float = 60.0) -> None:
 
 def test_a_child_killed_while_it_reads_the_store_leaves_no_temporary_directory(store_path, tmp_path):
     child = _builder(store_path, tmp_path / "grown")
+    assert child.scratch.parent == store_path / SCRATCH_DIR  # beside the store, not in the system's /tmp
     _wait_for(lambda: any(child.scratch.glob("dedupectl-secondary-*")))  # its secondary instance is open
     assert child.process.poll() is None
     child.end()
@@ -73,8 +75,8 @@ def test_a_child_ends_with_the_process_that_started_it(store_path, tmp_path):
             "-c",
             textwrap.dedent(f"""
                 import sys, time
-                from store.child_process import Child
-                child = Child("store.filter_builder", {str(store_path)!r}, {str(out)!r}, "1000000")
+                from store.child_process import SCRATCH_DIR, Child
+                child = Child({str(store_path)!r}, "store.filter_builder", {str(store_path)!r}, {str(out)!r}, "1000000")
                 print(child.process.pid, flush=True)
                 time.sleep(600)
             """),
@@ -90,3 +92,6 @@ def test_a_child_ends_with_the_process_that_started_it(store_path, tmp_path):
     _wait_for(lambda: not _running(child_pid), timeout_s=30)
     time.sleep(0.5)
     assert not out.exists()  # killed before it wrote what only its dead parent would have read
+    assert any((store_path / SCRATCH_DIR).iterdir())  # its scratch directory: nothing of the worker ran to remove it
+    DedupStore.open(store_path, topic="t", partition=0).close()  # the store's next writer
+    assert not (store_path / SCRATCH_DIR).exists()
