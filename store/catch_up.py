@@ -7,7 +7,8 @@ of that log, yet replays the newer one: it holds the writer's later batches (the
 without some earlier ones. The writer deletes a log only after it recorded the flush that holds the log's
 writes, so a catch-up during which the MANIFEST did not change lost no log that way, and its MANIFEST read
 names the files of every log an earlier catch-up lost. ``catch_up`` therefore catches up again until one
-catch-up saw the MANIFEST still.
+catch-up saw the MANIFEST still. Opening an instance takes the same two steps, so an open across which the
+MANIFEST stayed still needs no catch-up after it.
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ def manifest_mark(path: Path) -> ManifestMark | None:
         return None
 
 
-def catch_up(db: Rdict, path: Path) -> None:
+def catch_up(db: Rdict, path: Path, opened_at: ManifestMark | None = None) -> None:
     """Catch ``db``, a secondary instance of the store at ``path``, up with its writer to a view without holes.
-    A writer that records to its MANIFEST during every catch-up for ``CATCH_UP_SECONDS`` gets a StoreError
-    (each catch-up takes milliseconds; a worker records a flush or a compaction every few seconds)."""
+    ``opened_at``: the MANIFEST's mark taken just before ``db`` was opened; opening reads the MANIFEST, then
+    the logs, as a catch-up does, so an open across which the MANIFEST stayed still needs none (a stopped
+    writer's store is read without one). A writer that records to its MANIFEST during every catch-up for
+    ``CATCH_UP_SECONDS`` gets a StoreError (each catch-up takes milliseconds; a worker records a flush or a
+    compaction every few seconds)."""
+    if opened_at is not None and manifest_mark(path) == opened_at:
+        return
     deadline = time.monotonic() + CATCH_UP_SECONDS
     pause = _FIRST_PAUSE
     while True:

@@ -41,7 +41,7 @@ from rocksdict import (
 from store import child_process
 from store import generation_merge as merges
 from store import generations as gens
-from store.catch_up import catch_up
+from store.catch_up import catch_up, manifest_mark
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
@@ -419,10 +419,11 @@ class DedupStore:
             options.set_max_open_files(-1)  # required by secondary instances
             db = None
             try:
+                opened_at = manifest_mark(path)
                 db = Rdict(
                     str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
                 )
-                catch_up(db, path)
+                catch_up(db, path, opened_at)
             except Exception as error:
                 if db is not None:
                     db.close()
