@@ -37,6 +37,23 @@ def manifest_mark(path: Path) -> ManifestMark | None:
         return None
 
 
+class Backoff:
+    """Pauses between tries of a read the writer's own work can spoil (a catch-up, an open that races a new
+    generation): doubling from ``_FIRST_PAUSE`` to ``_LONGEST_PAUSE``, for ``seconds`` in all."""
+
+    def __init__(self, seconds: float):
+        self._deadline = time.monotonic() + seconds
+        self._pause = _FIRST_PAUSE
+
+    def wait(self) -> bool:
+        """Pause before the next try; False, at once, when the time is up."""
+        if time.monotonic() > self._deadline:
+            return False
+        time.sleep(self._pause)
+        self._pause = min(2 * self._pause, _LONGEST_PAUSE)
+        return True
+
+
 def catch_up(db: Rdict, path: Path, opened_at: ManifestMark | None = None) -> None:
     """Catch ``db``, a secondary instance of the store at ``path``, up with its writer to a view without holes.
     ``opened_at``: the MANIFEST's mark taken just before ``db`` was opened; opening reads the MANIFEST, then
@@ -46,17 +63,14 @@ def catch_up(db: Rdict, path: Path, opened_at: ManifestMark | None = None) -> No
     compaction every few seconds)."""
     if opened_at is not None and manifest_mark(path) == opened_at:
         return
-    deadline = time.monotonic() + CATCH_UP_SECONDS
-    pause = _FIRST_PAUSE
+    backoff = Backoff(CATCH_UP_SECONDS)
     while True:
         before = manifest_mark(path)
         db.try_catch_up_with_primary()
         if before is not None and manifest_mark(path) == before:
             return
-        if time.monotonic() > deadline:
+        if not backoff.wait():
             raise StoreError(
                 f"store {path}: its worker changed the store's files during every read for {CATCH_UP_SECONDS:.0f} s",
                 "run the command again; if it fails again, run it while the worker is stopped",
             )
-        time.sleep(pause)
-        pause = min(pause * 2, _LONGEST_PAUSE)

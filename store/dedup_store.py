@@ -41,7 +41,7 @@ from rocksdict import (
 from store import child_process
 from store import generation_merge as merges
 from store import generations as gens
-from store.catch_up import catch_up, manifest_mark
+from store.catch_up import Backoff, catch_up, manifest_mark
 from store.clock import now_ms
 from store.codec import (
     CF_IDS,
@@ -122,7 +122,6 @@ LOOKUP_CHUNK = 32
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
 _SCAN_CHUNK = 100_000
 _SECONDARY_OPEN_SECONDS = 30.0  # how long opening a secondary instance races a writer's new generations
-_SECONDARY_OPEN_PAUSE = 0.01
 # what RocksDB says when a secondary instance opens while the writer drops or creates a family
 _FAMILY_RACES = ("Column family not found", "MANIFEST record referencing unknown column family")
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
@@ -411,8 +410,7 @@ class DedupStore:
 
     @classmethod
     def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict]:
-        deadline = time.monotonic() + _SECONDARY_OPEN_SECONDS
-        pause = _SECONDARY_OPEN_PAUSE
+        backoff = Backoff(_SECONDARY_OPEN_SECONDS)
         while True:
             names = cls._check_families(path)
             options, families, _ = _store_options(names, create=False)
@@ -428,9 +426,7 @@ class DedupStore:
                 if db is not None:
                     db.close()
                 # the writer dropped or added a generation between the listing and the open: list again
-                if any(race in str(error) for race in _FAMILY_RACES) and time.monotonic() < deadline:
-                    time.sleep(pause)
-                    pause = min(2 * pause, 0.5)
+                if any(race in str(error) for race in _FAMILY_RACES) and backoff.wait():
                     continue
                 if isinstance(error, StoreError):
                     raise
