@@ -1,0 +1,219 @@
+"""What a duplicate's lookup in a store's sealed generations costs in RocksDB's sealed runs, against the same
+ids kept as fixed-width sorted arrays: a format the store does not have, measured to see what it would buy.
+
+    python benchmarks/bench_sealed_formats.py [--size 100000000] [--generations 15] [--rounds 6]
+
+At 1M ids and at ``--size`` ids, each split into ``--generations`` runs as a store's generations are, the same
+random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept two ways:
+
+- **runs**: one SST file per generation written as the store seals one (zstd at level 12, 1 KiB blocks, the
+  index in memory; ``bench_sealed_run.py``'s options), ingested as a column family each and read as the store
+  reads a generation older than its newest: one multi-get per generation of that generation's ids;
+- **arrays**: per generation three files, memory-mapped: the ids' 16 bytes as two columns of big-endian
+  64-bit halves, sorted, and the 4-byte sequence numbers in the same order. In memory, every 128th id's first
+  half (0.06 bytes per id). A batch's ids of one generation are searched with numpy at once: the in-memory
+  fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its position, and
+  both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and UUIDs);
+  other ids would need another.
+
+Then 100,000 of the ids, at random over every generation, are looked up in batches of 5,000; the four sides
+(two formats, two sizes) take turns batch by batch in rotating order, so a slow moment of the shared machine
+hits each alike (median of ``--rounds`` rounds after a first). Prints present ids/s, bytes on disk per id,
+and each format's ratio of ``--size`` to 1M. No id filter and no Python per id beyond the lookups: the part
+of a duplicate's cost that grows with the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rocksdict import Cache, Rdict, SstFileWriter
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from benchmarks.bench_sealed_run import Variant, run_options  # noqa: E402
+from store.codec import AJS_PREFIX  # noqa: E402
+from store.options import BLOCK_CACHE_BYTES, GENERATION_BLOCK_BYTES, older_generation_reads  # noqa: E402
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+REFERENCE_IDS = 1_000_000
+PROBES = 100_000
+BATCH = 5_000
+STRETCH = 128  # ids per fence entry
+FORMATS = ("runs", "arrays")
+
+
+@dataclass(frozen=True)
+class SortedArrays:
+    """One generation's ids as sorted fixed-width columns, and the fence kept in memory."""
+
+    high: np.ndarray
+    low: np.ndarray
+    seqs: np.ndarray
+    fence: np.ndarray
+
+    @classmethod
+    def write(cls, base: Path, keys: np.ndarray, seqs: np.ndarray) -> SortedArrays:
+        halves = keys.view(">u8").reshape(-1, 2).astype(np.uint64)  # sorted 16-byte keys: sorted (high, low)
+        for suffix, column in (("high", halves[:, 0]), ("low", halves[:, 1]), ("seqs", seqs.astype(np.uint32))):
+            np.ascontiguousarray(column).tofile(f"{base}.{suffix}")
+        high = np.memmap(f"{base}.high", dtype=np.uint64, mode="r")
+        return cls(
+            high=high,
+            low=np.memmap(f"{base}.low", dtype=np.uint64, mode="r"),
+            seqs=np.memmap(f"{base}.seqs", dtype=np.uint32, mode="r"),
+            fence=np.array(high[::STRETCH]),
+        )
+
+    def seqs_of(self, ids: list[bytes]) -> np.ndarray:
+        """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
+        asked = np.frombuffer(b"".join(ids), dtype=">u8").reshape(-1, 2).astype(np.uint64)
+        high, low = asked[:, 0], asked[:, 1]
+        start = np.maximum(np.searchsorted(self.fence, high, side="right") - 1, 0) * STRETCH
+        last = len(self.high) - 1
+        stretch = np.minimum(start[:, None] + np.arange(STRETCH), last)
+        at = np.minimum(start + (self.high[stretch] < high[:, None]).sum(axis=1), last)
+        held = (self.high[at] == high) & (self.low[at] == low)  # random ids share no first half here
+        return np.where(held, self.seqs[at], -1)
+
+
+@dataclass
+class Side:
+    """One size's generations in both formats, and the probes' batches: per batch, each generation's ids."""
+
+    db: Rdict
+    runs: list[Rdict]
+    arrays: list[SortedArrays]
+    batches: list[dict[int, list[bytes]]]
+    disk_per_id: dict[str, float]
+
+    def close(self) -> None:
+        for family in self.runs:
+            family.close()
+        self.db.close()
+
+
+def build(directory: Path, size: int, generations: int) -> Side:
+    directory.mkdir()
+    options = run_options(Variant("zstd12", GENERATION_BLOCK_BYTES, 16), Cache(BLOCK_CACHE_BYTES), False)
+    db = Rdict(str(directory / "db"), options=options)
+    picker = np.random.default_rng(1)
+    owners = picker.integers(0, generations, PROBES)
+    probes: list[bytes] = [b""] * PROBES
+    runs, arrays, run_bytes, ids = [], [], 0, 0
+    for number in range(generations):
+        rng = np.random.default_rng(size * 1000 + number)
+        keys = np.unique(rng.integers(0, 256, (size // generations, 16), dtype=np.uint8).view("V16").ravel())
+        seqs = rng.permutation(len(keys))
+        path = directory / f"run-{number}.sst"
+        writer = SstFileWriter(options=options)
+        writer.open(str(path))
+        for key, seq in zip(keys.tolist(), seqs.tolist(), strict=True):
+            writer[AJS_PREFIX + bytes(key)] = seq.to_bytes(4, "big")
+        writer.finish()
+        run_bytes += path.stat().st_size
+        family = db.create_column_family(f"generation-{number}", options)
+        family.ingest_external_file([str(path)])
+        family.set_read_options(older_generation_reads())
+        runs.append(family)
+        arrays.append(SortedArrays.write(directory / f"arrays-{number}", keys, seqs))
+        ids += len(keys)
+        mine = np.flatnonzero(owners == number)
+        for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
+            probes[slot] = bytes(keys[at])
+    batches = []
+    for at in range(0, PROBES, BATCH):
+        asked: dict[int, list[bytes]] = {}
+        for owner, key in zip(owners[at : at + BATCH].tolist(), probes[at : at + BATCH], strict=True):
+            asked.setdefault(owner, []).append(key)
+        batches.append(asked)
+    array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
+    return Side(db, runs, arrays, batches, {"runs": run_bytes / ids, "arrays": array_bytes / ids})
+
+
+def ask_runs(side: Side, asked: dict[int, list[bytes]]) -> int:
+    return sum(side.runs[number][[AJS_PREFIX + key for key in keys]].count(None) for number, keys in asked.items())
+
+
+def ask_arrays(side: Side, asked: dict[int, list[bytes]]) -> int:
+    return sum(int((side.arrays[number].seqs_of(keys) < 0).sum()) for number, keys in asked.items())
+
+
+ASK: dict[str, Callable[[Side, dict[int, list[bytes]]], int]] = {"runs": ask_runs, "arrays": ask_arrays}
+
+
+def turn_rates(sides: dict[int, Side], rounds: int) -> dict[tuple[str, int], float]:
+    names = [(form, size) for form in FORMATS for size in sides]
+    rates: dict[tuple[str, int], list[float]] = {name: [] for name in names}
+    for round_number in range(rounds + 1):
+        spent = dict.fromkeys(names, 0.0)
+        for number in range(PROBES // BATCH):
+            turn = (round_number + number) % len(names)
+            for form, size in names[turn:] + names[:turn]:
+                started = time.perf_counter()
+                missing = ASK[form](sides[size], sides[size].batches[number])
+                spent[(form, size)] += time.perf_counter() - started
+                assert missing == 0, f"{form} at {size:,} ids: {missing} held ids not found"
+        if round_number:  # the first round warms both formats' pages
+            for name in names:
+                rates[name].append(PROBES / spent[name])
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", type=int, default=100_000_000, help="ids in all the generations together")
+    parser.add_argument("--generations", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
+    args = parser.parse_args()
+    if args.size <= REFERENCE_IDS or args.generations < 1 or args.rounds < 1:
+        raise SystemExit(f"--size must be above {REFERENCE_IDS:,}, --generations and --rounds at least 1")
+    scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-formats-", dir=args.scratch))
+    sides: dict[int, Side] = {}
+    try:
+        for size in (REFERENCE_IDS, args.size):
+            with console.status(f"writing {size:,} ids in both formats"):
+                sides[size] = build(scratch / str(size), size, args.generations)
+        with console.status("looking up present ids"):
+            rates = turn_rates(sides, args.rounds)
+    finally:
+        for side in sides.values():
+            side.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    table = Table(
+        title=f"{args.generations} sealed generations, {PROBES:,} held ids in batches of {BATCH:,} "
+        f"({os.cpu_count()} cores, median of {args.rounds} rounds)"
+    )
+    for column in ("format", "ids", "disk B/id", "present ids/s", "µs per id", f"vs {REFERENCE_IDS:,} ids"):
+        table.add_column(column, justify="right")
+    for form in FORMATS:
+        for size, side in sides.items():
+            rate = rates[(form, size)]
+            table.add_row(
+                form,
+                f"{size:,}",
+                f"{side.disk_per_id[form]:.1f}",
+                f"{rate / 1e3:.1f}k",
+                f"{1e6 / rate:.2f}",
+                f"{rate / rates[(form, REFERENCE_IDS)]:.2f}",
+            )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()
