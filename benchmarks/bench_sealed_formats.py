@@ -45,14 +45,12 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from benchmarks.bench_sealed_run import Variant, run_options  # noqa: E402
+from benchmarks.bench_sealed_run import BATCH, PROBES, Variant, batches_by_generation, run_options  # noqa: E402
 from store.codec import AJS_PREFIX  # noqa: E402
 from store.options import BLOCK_CACHE_BYTES, GENERATION_BLOCK_BYTES, older_generation_reads  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
-PROBES = 100_000
-BATCH = 5_000
 STRETCH = 128  # ids per fence entry
 FORMATS = ("runs", "arrays")
 
@@ -135,12 +133,7 @@ def build(directory: Path, size: int, generations: int) -> Side:
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
             probes[slot] = bytes(keys[at])
-    batches = []
-    for at in range(0, PROBES, BATCH):
-        asked: dict[int, list[bytes]] = {}
-        for owner, key in zip(owners[at : at + BATCH].tolist(), probes[at : at + BATCH], strict=True):
-            asked.setdefault(owner, []).append(key)
-        batches.append(asked)
+    batches = batches_by_generation(owners, probes)
     array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
     return Side(db, runs, arrays, batches, {"runs": run_bytes / ids, "arrays": array_bytes / ids})
 

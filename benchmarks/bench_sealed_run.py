@@ -122,6 +122,17 @@ def write_run(path: Path, options: Options, size: int, seed: int) -> list[bytes]
     return packed
 
 
+def batches_by_generation(owners: np.ndarray, probes: list[bytes]) -> list[dict[int, list[bytes]]]:
+    """The probes in batches of ``BATCH``, each batch's grouped by the generation that holds them (``owners``)."""
+    batches = []
+    for at in range(0, len(probes), BATCH):
+        asked: dict[int, list[bytes]] = {}
+        for owner, key in zip(owners[at : at + BATCH].tolist(), probes[at : at + BATCH], strict=True):
+            asked.setdefault(owner, []).append(key)
+        batches.append(asked)
+    return batches
+
+
 def measure(scratch: Path, size: int, variant: Variant, generations: int, mmap_reads: bool) -> dict:
     directory = scratch / f"{variant.codec}-{variant.block_bytes}-{variant.index}-{size}".replace(" ", "-")
     directory.mkdir()
@@ -148,12 +159,7 @@ def measure(scratch: Path, size: int, variant: Variant, generations: int, mmap_r
             for slot, at in zip(mine.tolist(), chosen.tolist(), strict=True):
                 probes[slot] = packed[at]
             del packed
-        batches = []
-        for at in range(0, PROBES, BATCH):
-            asked: dict[int, list[bytes]] = {}
-            for owner, key in zip(owners[at : at + BATCH].tolist(), probes[at : at + BATCH], strict=True):
-                asked.setdefault(owner, []).append(key)
-            batches.append(asked)
+        batches = batches_by_generation(owners, probes)
         rates = []
         for _ in range(ROUNDS):
             missing = 0
