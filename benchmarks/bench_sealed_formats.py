@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Cache, Rdict, SstFileWriter
+from rocksdict import Cache, Rdict
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,7 +45,15 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from benchmarks.bench_sealed_run import BATCH, PROBES, Variant, batches_by_generation, run_options  # noqa: E402
+from benchmarks.bench_sealed_run import (  # noqa: E402
+    BATCH,
+    PROBES,
+    Variant,
+    batches_by_generation,
+    random_ids,
+    run_options,
+    write_run,
+)
 from store.codec import AJS_PREFIX  # noqa: E402
 from store.options import BLOCK_CACHE_BYTES, GENERATION_BLOCK_BYTES, older_generation_reads  # noqa: E402
 
@@ -91,12 +99,13 @@ class SortedArrays:
 
 @dataclass
 class Side:
-    """One size's generations in both formats, and the probes' batches: per batch, each generation's ids."""
+    """One size's generations in both formats, and the probes' batches in each format's keys: per batch, each
+    generation's ids."""
 
     db: Rdict
     runs: list[Rdict]
     arrays: list[SortedArrays]
-    batches: list[dict[int, list[bytes]]]
+    batches: dict[str, list[dict[int, list[bytes]]]]
     disk_per_id: dict[str, float]
 
     def close(self) -> None:
@@ -114,15 +123,9 @@ def build(directory: Path, size: int, generations: int) -> Side:
     probes: list[bytes] = [b""] * PROBES
     runs, arrays, run_bytes, ids = [], [], 0, 0
     for number in range(generations):
-        rng = np.random.default_rng(size * 1000 + number)
-        keys = np.unique(rng.integers(0, 256, (size // generations, 16), dtype=np.uint8).view("V16").ravel())
-        seqs = rng.permutation(len(keys))
+        keys, seqs = random_ids(size // generations, seed=size * 1000 + number)
         path = directory / f"run-{number}.sst"
-        writer = SstFileWriter(options=options)
-        writer.open(str(path))
-        for key, seq in zip(keys.tolist(), seqs.tolist(), strict=True):
-            writer[AJS_PREFIX + bytes(key)] = seq.to_bytes(4, "big")
-        writer.finish()
+        write_run(path, options, keys, seqs)
         run_bytes += path.stat().st_size
         family = db.create_column_family(f"generation-{number}", options)
         family.ingest_external_file([str(path)])
@@ -133,13 +136,16 @@ def build(directory: Path, size: int, generations: int) -> Side:
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
             probes[slot] = bytes(keys[at])
-    batches = batches_by_generation(owners, probes)
+    batches = {
+        "runs": batches_by_generation(owners, [AJS_PREFIX + probe for probe in probes]),  # as the runs hold them
+        "arrays": batches_by_generation(owners, probes),
+    }
     array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
     return Side(db, runs, arrays, batches, {"runs": run_bytes / ids, "arrays": array_bytes / ids})
 
 
 def ask_runs(side: Side, asked: dict[int, list[bytes]]) -> int:
-    return sum(side.runs[number][[AJS_PREFIX + key for key in keys]].count(None) for number, keys in asked.items())
+    return sum(side.runs[number][keys].count(None) for number, keys in asked.items())
 
 
 def ask_arrays(side: Side, asked: dict[int, list[bytes]]) -> int:
@@ -158,7 +164,7 @@ def turn_rates(sides: dict[int, Side], rounds: int) -> dict[tuple[str, int], flo
             turn = (round_number + number) % len(names)
             for form, size in names[turn:] + names[:turn]:
                 started = time.perf_counter()
-                missing = ASK[form](sides[size], sides[size].batches[number])
+                missing = ASK[form](sides[size], sides[size].batches[form][number])
                 spent[(form, size)] += time.perf_counter() - started
                 assert missing == 0, f"{form} at {size:,} ids: {missing} held ids not found"
         if round_number:  # the first round warms both formats' pages

@@ -109,14 +109,19 @@ def run_options(variant: Variant, cache: Cache, mmap_reads: bool) -> Options:
     return options
 
 
-def write_run(path: Path, options: Options, size: int, seed: int) -> list[bytes]:
-    """One sealed run of ``size`` random packed ids at ``path``; returns its keys."""
+def random_ids(size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """About ``size`` random distinct ids, 16 bytes each (``V16``, sorted), and a sequence number for each."""
     rng = np.random.default_rng(seed)
     keys = np.unique(rng.integers(0, 256, (size, 16), dtype=np.uint8).view("V16").ravel())
+    return keys, rng.permutation(len(keys))
+
+
+def write_run(path: Path, options: Options, keys: np.ndarray, seqs: np.ndarray) -> list[bytes]:
+    """One sealed run at ``path`` of ``keys`` (``random_ids``) packed as ``ajs-`` ids; returns the packed keys."""
     packed = [AJS_PREFIX + bytes(key) for key in keys]
     writer = SstFileWriter(options=options)
     writer.open(str(path))
-    for key, seq in zip(packed, rng.permutation(len(packed)).tolist(), strict=True):
+    for key, seq in zip(packed, seqs.tolist(), strict=True):
         writer[key] = seq.to_bytes(4, "big")
     writer.finish()
     return packed
@@ -146,7 +151,7 @@ def measure(scratch: Path, size: int, variant: Variant, generations: int, mmap_r
         disk = index_bytes = ids = 0
         for number in range(generations):
             run = directory / f"run-{number}.sst"
-            packed = write_run(run, options, size // generations, seed=size * 1000 + number)
+            packed = write_run(run, options, *random_ids(size // generations, seed=size * 1000 + number))
             disk += run.stat().st_size
             ids += len(packed)
             family = db.create_column_family(f"generation-{number}", options)
