@@ -4,20 +4,25 @@ ids kept as fixed-width sorted arrays: a format the store does not have, measure
     python benchmarks/bench_sealed_formats.py [--size 100000000] [--generations 15] [--rounds 6]
 
 At 1M ids and at ``--size`` ids, each split into ``--generations`` runs as a store's generations are, the same
-random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept two ways:
+random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept, and searched, three ways:
 
 - **runs**: one SST file per generation written as the store seals one (zstd at level 12, 1 KiB blocks, the
   index in memory; ``bench_sealed_run.py``'s options), ingested as a column family each and read as the store
   reads a generation older than its newest: one multi-get per generation of that generation's ids;
-- **arrays**: per generation three files, memory-mapped: the ids' 16 bytes as two columns of big-endian
+- **fenced**: per generation three files, memory-mapped: the ids' 16 bytes as two columns of big-endian
   64-bit halves, sorted, and the 4-byte sequence numbers in the same order. In memory, every 128th id's first
   half (0.06 bytes per id). A batch's ids of one generation are searched with numpy at once: the in-memory
   fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its position, and
   both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and UUIDs);
   other ids would need another.
+- **interpolated**: the same files, nothing in memory but three numbers a generation. Each id's position is
+  guessed from its first half, and a binary search bounded by the guess's largest errors (found when the
+  files are written) is taken by all of a batch's ids of one generation in step, one numpy gather a step, so
+  that their reads of memory overlap. Ids spread evenly over the key space (random ids) keep the bound
+  narrow; others widen it, up to a plain binary search.
 
-Then 100,000 of the ids, at random over every generation, are looked up in batches of 5,000; the four sides
-(two formats, two sizes) take turns batch by batch in rotating order, so a slow moment of the shared machine
+Then 100,000 of the ids, at random over every generation, are looked up in batches of 5,000; the six sides
+(three formats, two sizes) take turns batch by batch in rotating order, so a slow moment of the shared machine
 hits each alike (median of ``--rounds`` rounds after a first). Prints present ids/s, bytes on disk per id,
 and each format's ratio of ``--size`` to 1M. No id filter and no Python per id beyond the lookups: the part
 of a duplicate's cost that grows with the store.
@@ -26,6 +31,7 @@ of a duplicate's cost that grows with the store.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -60,7 +66,22 @@ from store.options import BLOCK_CACHE_BYTES, GENERATION_BLOCK_BYTES, older_gener
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
 STRETCH = 128  # ids per fence entry
-FORMATS = ("runs", "arrays")
+FORMATS = ("runs", "fenced", "interpolated")
+COLUMNS = (("high", np.uint64), ("low", np.uint64), ("seqs", np.uint32))
+
+
+def write_columns(base: Path, keys: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sorted 16-byte ``keys`` (``random_ids``) and their numbers as three files beside ``base``, memory-mapped:
+    the ids' first and second big-endian 64-bit halves (sorted keys: sorted (first, second)) and the numbers."""
+    halves = keys.view(">u8").reshape(-1, 2).astype(np.uint64)
+    for suffix, column in (("high", halves[:, 0]), ("low", halves[:, 1]), ("seqs", seqs.astype(np.uint32))):
+        np.ascontiguousarray(column).tofile(f"{base}.{suffix}")
+    return tuple(np.memmap(f"{base}.{suffix}", dtype=kind, mode="r") for suffix, kind in COLUMNS)
+
+
+def halves_of(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    asked = np.frombuffer(b"".join(ids), dtype=">u8").reshape(-1, 2).astype(np.uint64)
+    return asked[:, 0], asked[:, 1]
 
 
 @dataclass(frozen=True)
@@ -73,28 +94,58 @@ class SortedArrays:
     fence: np.ndarray
 
     @classmethod
-    def write(cls, base: Path, keys: np.ndarray, seqs: np.ndarray) -> SortedArrays:
-        halves = keys.view(">u8").reshape(-1, 2).astype(np.uint64)  # sorted 16-byte keys: sorted (high, low)
-        for suffix, column in (("high", halves[:, 0]), ("low", halves[:, 1]), ("seqs", seqs.astype(np.uint32))):
-            np.ascontiguousarray(column).tofile(f"{base}.{suffix}")
-        high = np.memmap(f"{base}.high", dtype=np.uint64, mode="r")
-        return cls(
-            high=high,
-            low=np.memmap(f"{base}.low", dtype=np.uint64, mode="r"),
-            seqs=np.memmap(f"{base}.seqs", dtype=np.uint32, mode="r"),
-            fence=np.array(high[::STRETCH]),
-        )
+    def of(cls, high: np.ndarray, low: np.ndarray, seqs: np.ndarray) -> SortedArrays:
+        return cls(high=high, low=low, seqs=seqs, fence=np.array(high[::STRETCH]))
 
     def seqs_of(self, ids: list[bytes]) -> np.ndarray:
         """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
-        asked = np.frombuffer(b"".join(ids), dtype=">u8").reshape(-1, 2).astype(np.uint64)
-        high, low = asked[:, 0], asked[:, 1]
+        high, low = halves_of(ids)
         start = np.maximum(np.searchsorted(self.fence, high, side="right") - 1, 0) * STRETCH
         last = len(self.high) - 1
         stretch = np.minimum(start[:, None] + np.arange(STRETCH), last)
         at = np.minimum(start + (self.high[stretch] < high[:, None]).sum(axis=1), last)
         held = (self.high[at] == high) & (self.low[at] == low)  # random ids share no first half here
         return np.where(held, self.seqs[at], -1)
+
+
+@dataclass(frozen=True)
+class InterpolatedArrays:
+    """The same columns with nothing in memory but three numbers: an id's position is guessed from its first
+    half (ids spread evenly over the key space), and the guess's largest errors below and above, found when
+    the columns are written, bound a binary search that a batch's ids take in step, one gather a step: their
+    reads of memory overlap instead of each waiting for the last."""
+
+    high: np.ndarray
+    low: np.ndarray
+    seqs: np.ndarray
+    below: int
+    above: int
+    steps: int
+
+    @classmethod
+    def of(cls, high: np.ndarray, low: np.ndarray, seqs: np.ndarray) -> InterpolatedArrays:
+        error = np.arange(len(high)) - cls.guess(np.asarray(high), len(high))
+        below, above = int(-error.min()) + 1, int(error.max()) + 1
+        steps = math.ceil(math.log2(below + above + 1))
+        return cls(high=high, low=low, seqs=seqs, below=below, above=above, steps=steps)
+
+    @staticmethod
+    def guess(high: np.ndarray, count: int) -> np.ndarray:
+        return (high / 2.0**64 * count).astype(np.int64)
+
+    def seqs_of(self, ids: list[bytes]) -> np.ndarray:
+        """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
+        high, low = halves_of(ids)
+        count = len(self.high)
+        guess = self.guess(high, count)
+        first, end = np.maximum(guess - self.below, 0), np.minimum(guess + self.above, count)
+        for _ in range(self.steps):  # the first position whose first half is not below the id's
+            middle = (first + end) >> 1
+            below = self.high.take(np.minimum(middle, count - 1)) < high
+            first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
+        at = np.minimum(first, count - 1)
+        held = (self.high.take(at) == high) & (self.low.take(at) == low)
+        return np.where(held, self.seqs.take(at), -1)
 
 
 @dataclass
@@ -104,7 +155,7 @@ class Side:
 
     db: Rdict
     runs: list[Rdict]
-    arrays: list[SortedArrays]
+    arrays: dict[str, list[SortedArrays | InterpolatedArrays]]  # by format: the same files searched two ways
     batches: dict[str, list[dict[int, list[bytes]]]]
     disk_per_id: dict[str, float]
 
@@ -121,7 +172,8 @@ def build(directory: Path, size: int, generations: int) -> Side:
     picker = np.random.default_rng(1)
     owners = picker.integers(0, generations, PROBES)
     probes: list[bytes] = [b""] * PROBES
-    runs, arrays, run_bytes, ids = [], [], 0, 0
+    runs, run_bytes, ids = [], 0, 0
+    arrays: dict[str, list[SortedArrays | InterpolatedArrays]] = {"fenced": [], "interpolated": []}
     for number in range(generations):
         keys, seqs = random_ids(size // generations, seed=size * 1000 + number)
         path = directory / f"run-{number}.sst"
@@ -131,28 +183,40 @@ def build(directory: Path, size: int, generations: int) -> Side:
         family.ingest_external_file([str(path)])
         family.set_read_options(older_generation_reads())
         runs.append(family)
-        arrays.append(SortedArrays.write(directory / f"arrays-{number}", keys, seqs))
+        columns = write_columns(directory / f"arrays-{number}", keys, seqs)
+        arrays["fenced"].append(SortedArrays.of(*columns))
+        arrays["interpolated"].append(InterpolatedArrays.of(*columns))
         ids += len(keys)
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
             probes[slot] = bytes(keys[at])
     batches = {
         "runs": batches_by_generation(owners, [AJS_PREFIX + probe for probe in probes]),  # as the runs hold them
-        "arrays": batches_by_generation(owners, probes),
+        "fenced": batches_by_generation(owners, probes),
+        "interpolated": batches_by_generation(owners, probes),
     }
     array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
-    return Side(db, runs, arrays, batches, {"runs": run_bytes / ids, "arrays": array_bytes / ids})
+    disk = {"runs": run_bytes / ids, "fenced": array_bytes / ids, "interpolated": array_bytes / ids}
+    return Side(db, runs, arrays, batches, disk)
 
 
 def ask_runs(side: Side, asked: dict[int, list[bytes]]) -> int:
     return sum(side.runs[number][keys].count(None) for number, keys in asked.items())
 
 
-def ask_arrays(side: Side, asked: dict[int, list[bytes]]) -> int:
-    return sum(int((side.arrays[number].seqs_of(keys) < 0).sum()) for number, keys in asked.items())
+def asker(form: str) -> Callable[[Side, dict[int, list[bytes]]], int]:
+    def ask_arrays(side: Side, asked: dict[int, list[bytes]]) -> int:
+        searched = side.arrays[form]
+        return sum(int((searched[number].seqs_of(keys) < 0).sum()) for number, keys in asked.items())
+
+    return ask_arrays
 
 
-ASK: dict[str, Callable[[Side, dict[int, list[bytes]]], int]] = {"runs": ask_runs, "arrays": ask_arrays}
+ASK: dict[str, Callable[[Side, dict[int, list[bytes]]], int]] = {
+    "runs": ask_runs,
+    "fenced": asker("fenced"),
+    "interpolated": asker("interpolated"),
+}
 
 
 def turn_rates(sides: dict[int, Side], rounds: int) -> dict[tuple[str, int], float]:
