@@ -144,7 +144,7 @@ class InterpolatedArrays:
             below = self.high.take(np.minimum(middle, count - 1)) < high
             first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
         at = np.minimum(first, count - 1)
-        held = (self.high.take(at) == high) & (self.low.take(at) == low)
+        held = (self.high.take(at) == high) & (self.low.take(at) == low)  # as the fenced search: see there
         return np.where(held, self.seqs.take(at), -1)
 
 
