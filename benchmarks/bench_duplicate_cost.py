@@ -1,23 +1,31 @@
 """Where a duplicate's lookup spends its time, in a store of ``--size`` ids against a store of 1M ids: which part
-of its cost grows with the store.
+of its cost grows with the store, and what a sealed format of the store's own would make of it.
 
-    python benchmarks/bench_duplicate_cost.py [--size 100000000] [--batch 5000]
+    python benchmarks/bench_duplicate_cost.py [--size 100000000] [--batch 5000] [--sealed-as-arrays]
 
 Both stores are grown as ``bench_scale.py`` grows them (the worker's write path, bounded as a worker with
 ``max_keys`` is: the 1M store at 1M ids, the other at ``--size``), kept open in one process and sharing the
 worker's block cache. Then 100,000 ids each store holds go through ``contains_many`` in batches of
 ``--batch``, the two stores taking turns on each batch (median of 5 rounds, ``bench_scale.py``'s
-``turn_rates``), drawn four ways:
+``turn_rates``), drawn these ways:
 
 - **all**: at random over every live id, as ``bench_scale.py`` draws its present ids;
 - **sealed**: over the generations older than the newest (sealed runs, read without filling the block cache);
 - **newest**: over the newest generation (written, its blocks kept in the block cache);
+- **a full newest generation's share**: over the sealed generations, but for the share of the ids a full
+  newest generation would hold (its stretch over the ids held, about 7%), drawn over the newest;
 - **own work**: as **all**, with RocksDB's reads left out (every id the filter routes is answered as found
   without asking its generation): the store's own work per duplicate, the id filter and the Python around
   each batch.
 
-Prints µs per duplicate in each store, and the ratio of the two rates (the issue's bar: 0.8), and what share
-of the ids drawn at random over all falls in each store's newest generation.
+With ``--sealed-as-arrays``, each store's sealed generations are also written as the interpolated sorted
+arrays of ``bench_sealed_formats.py`` (a format the store does not have), and the draws over all, over the
+sealed generations and with a full newest generation's share are measured again with the sealed generations
+searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups.
+
+Prints µs per duplicate in each store (the median of the rounds' rates), the median of the rounds' ratios of the
+two rates (present lookups are held to 0.8 of the 1M store's rate at 100M ids) and each round's ratio, and what
+share of the live ids each store's newest generation holds.
 """
 
 from __future__ import annotations
@@ -29,8 +37,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,28 +58,85 @@ from benchmarks.bench_scale import (  # noqa: E402
     held_rates,
     quiet,
 )
+from benchmarks.bench_sealed_formats import InterpolatedArrays, write_columns  # noqa: E402
 from benchmarks.bench_store import message_id  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
+from store.codec import AJS_PREFIX  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.memory import limit_heap_retention  # noqa: E402
 from store.options import shared_memory  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
-DRAWS = ("all", "sealed", "newest", "own work")
 FOUND = (1).to_bytes(8, "big")
+PACKED_AJS = len(AJS_PREFIX) + 16  # an ``ajs-`` id's key: the prefix and its 16 bytes
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    draw: str  # all, sealed, newest or full (see drawn)
+    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations as interpolated arrays)
+
+
+ROWS = (
+    Row("all", "all", "rocksdb"),
+    Row("sealed", "sealed", "rocksdb"),
+    Row("newest", "newest", "rocksdb"),
+    Row("a full newest generation's share", "full", "rocksdb"),
+    Row("own work", "all", "none"),
+)
+ARRAY_ROWS = (
+    Row("all, sealed as arrays", "all", "arrays"),
+    Row("sealed, as arrays", "sealed", "arrays"),
+    Row("a full newest generation's share, sealed as arrays", "full", "arrays"),
+)
 
 
 @contextmanager
-def without_reads() -> Iterator[None]:
-    """Lookups that skip RocksDB: every key a generation is asked about is answered as found."""
+def reads_from(arrays: dict[str, InterpolatedArrays] | None) -> Iterator[None]:
+    """Lookups whose generations are asked otherwise than in RocksDB: with ``arrays`` None, every key a
+    generation is asked about is answered as found without reading (the store's own work); else the
+    generations named in ``arrays`` are searched there, the others in RocksDB."""
+    rocksdb = DedupStore._ask
 
-    def found(generation, keys, indexes, values, per_call):
-        for index in indexes:
-            values[index] = FOUND
-        return []
+    def ask(generation, keys, indexes, values, per_call):
+        searched = None if arrays is None else arrays.get(generation.name)
+        if arrays is not None and searched is None:
+            return rocksdb(generation, keys, indexes, values, per_call)
+        if searched is None:
+            for index in indexes:
+                values[index] = FOUND
+            return []
+        missing = []
+        seqs = searched.seqs_of([keys[index][len(AJS_PREFIX) :] for index in indexes]).tolist()
+        for index, seq in zip(indexes, seqs, strict=True):
+            if seq < 0:
+                missing.append(index)
+            else:
+                values[index] = seq.to_bytes(8, "big")
+        return missing
 
-    with mock.patch.object(DedupStore, "_ask", staticmethod(found)):
+    with mock.patch.object(DedupStore, "_ask", staticmethod(ask)):
         yield
+
+
+def sealed_as_arrays(store: DedupStore, directory: Path) -> dict[str, InterpolatedArrays]:
+    """Each of ``store``'s generations older than the newest, its ids written as interpolated sorted arrays
+    (``bench_sealed_formats.py``) under ``directory``; by family name."""
+    directory.mkdir()
+    arrays = {}
+    for name, _, _ in store.id_families()[:-1]:
+        items = list(store.generation_items(name))
+        packed = np.frombuffer(b"".join(key for key, _ in items), dtype=np.uint8)
+        if packed.size != PACKED_AJS * len(items):
+            raise SystemExit(f"generation {name} holds ids other than ajs- ids: the arrays hold those only")
+        keys = np.ascontiguousarray(packed.reshape(-1, PACKED_AJS)[:, len(AJS_PREFIX) :]).view("V16").ravel()
+        seqs = np.fromiter((int.from_bytes(value, "big") for _, value in items), dtype=np.int64, count=len(items))
+        columns = write_columns(directory / name, keys, seqs)
+        for column in columns:  # map every page now, as a store would map its files whole when it opens them
+            column.sum()
+        arrays[name] = InterpolatedArrays.of(*columns)
+    return arrays
 
 
 def newest_first_seq(store: DedupStore) -> int:
@@ -76,12 +144,21 @@ def newest_first_seq(store: DedupStore) -> int:
 
 
 def drawn(store: DedupStore, how: str, rng: random.Random) -> list[bytes]:
-    """``PRESENT_SAMPLE`` ids ``store`` holds, drawn as ``how`` says (see the module docstring)."""
+    """``PRESENT_SAMPLE`` ids ``store`` holds: over all its live ids, over the generations older than the
+    newest (sealed), over the newest, or (full) over the sealed ones but for the share a full newest generation
+    would have of the store's ids (its stretch over the ids held), drawn over the newest."""
     low, high = store.state.first_live_seq, store.state.next_seq
+    newest = newest_first_seq(store)
+    if how == "full":
+        from_newest = round(PRESENT_SAMPLE * min(1.0, store.generation_ids() / store.state.live_ids))
+        ids = [message_id(rng.randrange(newest, high)) for _ in range(from_newest)]
+        ids += [message_id(rng.randrange(low, newest)) for _ in range(PRESENT_SAMPLE - from_newest)]
+        rng.shuffle(ids)
+        return ids
     if how == "sealed":
-        high = newest_first_seq(store)
+        high = newest
     elif how == "newest":
-        low = newest_first_seq(store)
+        low = newest
     return [message_id(rng.randrange(low, high)) for _ in range(PRESENT_SAMPLE)]
 
 
@@ -94,6 +171,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
+    parser.add_argument(
+        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as interpolated arrays"
+    )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     args = parser.parse_args()
     if args.size <= REFERENCE_IDS:
@@ -101,6 +181,7 @@ def main() -> None:
     limit_heap_retention()
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-duplicate-", dir=args.scratch))
     shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)
+    rows = ROWS + (ARRAY_ROWS if args.sealed_as_arrays else ())
     rates = {}
     try:
         with (
@@ -112,30 +193,46 @@ def main() -> None:
                 task = progress.add_task(f"growing the {name}", total=size)
                 grow(grown, size, args.batch, progress, task)
                 quiet(grown)
+            arrays = {}
+            if args.sealed_as_arrays:
+                progress.add_task("writing the sealed generations as arrays", total=None)
+                arrays = sealed_as_arrays(store, scratch / "store-arrays")
+                arrays |= sealed_as_arrays(reference, scratch / "reference-arrays")
             rng = random.Random(args.size)
-            for seed, how in enumerate(DRAWS):
-                progress.add_task(f"looking up ids drawn over {how}", total=None)
-                draw = "all" if how == "own work" else how
-                mine, theirs = drawn(store, draw, rng), drawn(reference, draw, rng)
-                assert all(store.contains_many(mine[: args.batch]) + reference.contains_many(theirs[: args.batch]))
-                with without_reads() if how == "own work" else nullcontext():
-                    rates[how] = held_rates(store, reference, mine, theirs, args.batch, seed)
+            for seed, row in enumerate(rows):
+                progress.add_task(f"looking up: {row.label}", total=None)
+                mine, theirs = drawn(store, row.draw, rng), drawn(reference, row.draw, rng)
+                reads = {"rocksdb": nullcontext(), "none": reads_from(None), "arrays": reads_from(arrays)}[row.reads]
+                with reads:
+                    if row.reads != "none":  # the ids are held, and found so
+                        first = args.batch
+                        assert all(store.contains_many(mine[:first]) + reference.contains_many(theirs[:first]))
+                    rates[row.label] = held_rates(store, reference, mine, theirs, args.batch, seed)
             shares = (newest_share(reference), newest_share(store))
+            full = (
+                reference.generation_ids() / reference.state.live_ids,
+                store.generation_ids() / store.state.live_ids,
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     table = Table(title=f"a duplicate's lookup, {PRESENT_SAMPLE:,} ids in batches of {args.batch:,}")
-    for column in ("ids drawn over", "1M store, µs", f"{args.size:,} ids, µs", "ratio of the rates"):
+    columns = ("ids drawn over", "1M store, µs", f"{args.size:,} ids, µs", "ratio of the rates", "rounds' ratios")
+    for column in columns:
         table.add_column(column, justify="right")
-    for how in DRAWS:
-        figures = rates[how]
+    for row in rows:
+        figures = rates[row.label]
         table.add_row(
-            how,
+            row.label,
             f"{1e6 / figures['reference_per_s']:.2f}",
             f"{1e6 / figures['per_s']:.2f}",
             f"{figures['ratio_vs_reference']:.3f}",
+            " ".join(f"{ratio:.2f}" for ratio in figures["round_ratios"]),
         )
     console.print(table)
-    console.print(f"share of the live ids in the newest generation: {shares[0]:.1%} (1M store), {shares[1]:.1%}")
+    console.print(
+        f"share of the live ids in the newest generation: {shares[0]:.1%} (1M store), {shares[1]:.1%}; "
+        f"a full one's: {full[0]:.1%}, {full[1]:.1%}"
+    )
 
 
 if __name__ == "__main__":

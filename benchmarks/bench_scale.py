@@ -162,6 +162,7 @@ def turn_rates(sides: dict, count: int, batch: int, seed: int) -> dict:
         "per_s": statistics.median(rates["store"]),
         "reference_per_s": statistics.median(rates["reference"]),
         "ratio_vs_reference": statistics.median(ratios),
+        "round_ratios": ratios,
     }
     if "direct" in rates:
         figures["without_filter_per_s"] = statistics.median(rates["direct"])
