@@ -21,7 +21,9 @@ worker's block cache. Then 100,000 ids each store holds go through ``contains_ma
 With ``--sealed-as-arrays``, each store's sealed generations are also written as the interpolated sorted
 arrays of ``bench_sealed_formats.py`` (a format the store does not have), and the draws over all, over the
 sealed generations and with a full newest generation's share are measured again with the sealed generations
-searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups.
+searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups. Each
+draw's first batch is asked first with RocksDB's reads, then as measured: every id must be found, with the same
+number.
 
 Prints µs per duplicate in each store (the median of the rounds' rates), the median of the rounds' ratios of the
 two rates (present lookups are held to 0.8 of the 1M store's rate at 100M ids) and each round's ratio, and what
@@ -36,7 +38,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
@@ -61,7 +63,7 @@ from benchmarks.bench_scale import (  # noqa: E402
 from benchmarks.bench_sealed_formats import InterpolatedArrays, write_columns  # noqa: E402
 from benchmarks.bench_store import message_id  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
-from store.codec import AJS_PREFIX  # noqa: E402
+from store.codec import AJS_PREFIX, encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.memory import limit_heap_retention  # noqa: E402
 from store.options import shared_memory  # noqa: E402
@@ -93,20 +95,21 @@ ARRAY_ROWS = (
 
 
 @contextmanager
-def reads_from(arrays: dict[str, InterpolatedArrays] | None) -> Iterator[None]:
-    """Lookups whose generations are asked otherwise than in RocksDB: with ``arrays`` None, every key a
-    generation is asked about is answered as found without reading (the store's own work); else the
-    generations named in ``arrays`` are searched there, the others in RocksDB."""
-    rocksdb = DedupStore._ask
+def asked_otherwise(store: DedupStore, arrays: dict[str, InterpolatedArrays] | None) -> Iterator[None]:
+    """``store``'s lookups with its generations asked otherwise than in RocksDB: with ``arrays`` None, every key
+    a generation is asked about is answered as found without reading (the store's own work); else the
+    generations named in ``arrays`` (``store``'s own: another store's generations may bear the same names) are
+    searched there, the others in RocksDB."""
+    rocksdb = store._ask
 
     def ask(generation, keys, indexes, values, per_call):
-        searched = None if arrays is None else arrays.get(generation.name)
-        if arrays is not None and searched is None:
-            return rocksdb(generation, keys, indexes, values, per_call)
-        if searched is None:
+        if arrays is None:
             for index in indexes:
                 values[index] = FOUND
             return []
+        searched = arrays.get(generation.name)
+        if searched is None:
+            return rocksdb(generation, keys, indexes, values, per_call)
         missing = []
         seqs = searched.seqs_of([keys[index][len(AJS_PREFIX) :] for index in indexes]).tolist()
         for index, seq in zip(indexes, seqs, strict=True):
@@ -116,7 +119,7 @@ def reads_from(arrays: dict[str, InterpolatedArrays] | None) -> Iterator[None]:
                 values[index] = seq.to_bytes(8, "big")
         return missing
 
-    with mock.patch.object(DedupStore, "_ask", staticmethod(ask)):
+    with mock.patch.object(store, "_ask", ask):
         yield
 
 
@@ -193,20 +196,28 @@ def main() -> None:
                 task = progress.add_task(f"growing the {name}", total=size)
                 grow(grown, size, args.batch, progress, task)
                 quiet(grown)
-            arrays = {}
+            arrays: dict[str, dict[str, InterpolatedArrays]] = {"store": {}, "reference": {}}
             if args.sealed_as_arrays:
                 progress.add_task("writing the sealed generations as arrays", total=None)
-                arrays = sealed_as_arrays(store, scratch / "store-arrays")
-                arrays |= sealed_as_arrays(reference, scratch / "reference-arrays")
+                for name, grown in (("store", store), ("reference", reference)):
+                    arrays[name] = sealed_as_arrays(grown, scratch / f"{name}-arrays")
             rng = random.Random(args.size)
             for seed, row in enumerate(rows):
                 progress.add_task(f"looking up: {row.label}", total=None)
                 mine, theirs = drawn(store, row.draw, rng), drawn(reference, row.draw, rng)
-                reads = {"rocksdb": nullcontext(), "none": reads_from(None), "arrays": reads_from(arrays)}[row.reads]
-                with reads:
-                    if row.reads != "none":  # the ids are held, and found so
-                        first = args.batch
-                        assert all(store.contains_many(mine[:first]) + reference.contains_many(theirs[:first]))
+                asked = {"store": (store, mine), "reference": (reference, theirs)}
+                # every id held, and with its own number whatever reads it: RocksDB's answers first
+                expected = {
+                    name: grown.live_seqs(encode_ids(ids[: args.batch])) for name, (grown, ids) in asked.items()
+                }
+                with ExitStack() as reads:
+                    for name, (grown, _) in asked.items():
+                        if row.reads != "rocksdb":
+                            reads.enter_context(asked_otherwise(grown, arrays[name] if row.reads == "arrays" else None))
+                    for name, (grown, ids) in asked.items():
+                        if row.reads != "none":
+                            answers = grown.live_seqs(encode_ids(ids[: args.batch]))
+                            assert None not in answers and answers == expected[name], f"{row.label}: wrong answers"
                     rates[row.label] = held_rates(store, reference, mine, theirs, args.batch, seed)
             shares = (newest_share(reference), newest_share(store))
             full = (

@@ -105,7 +105,7 @@ class SortedArrays:
         stretch = np.minimum(start[:, None] + np.arange(STRETCH), last)
         at = np.minimum(start + (self.high[stretch] < high[:, None]).sum(axis=1), last)
         held = (self.high[at] == high) & (self.low[at] == low)  # random ids share no first half here
-        return np.where(held, self.seqs[at], -1)
+        return np.where(held, self.seqs[at].astype(np.int64), -1)  # signed: -1 must not wrap in uint32
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class InterpolatedArrays:
             first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
         at = np.minimum(first, count - 1)
         held = (self.high.take(at) == high) & (self.low.take(at) == low)  # as the fenced search: see there
-        return np.where(held, self.seqs.take(at), -1)
+        return np.where(held, self.seqs.take(at).astype(np.int64), -1)
 
 
 @dataclass
