@@ -146,6 +146,11 @@ def newest_first_seq(store: DedupStore) -> int:
     return store.id_families()[-1][1]
 
 
+def full_newest_share(store: DedupStore) -> float:
+    """The share of ``store``'s live ids a full newest generation holds: its stretch over the ids held."""
+    return min(1.0, store.generation_ids() / store.state.live_ids)
+
+
 def drawn(store: DedupStore, how: str, rng: random.Random) -> list[bytes]:
     """``PRESENT_SAMPLE`` ids ``store`` holds: over all its live ids, over the generations older than the
     newest (sealed), over the newest, or (full) over the sealed ones but for the share a full newest generation
@@ -153,7 +158,7 @@ def drawn(store: DedupStore, how: str, rng: random.Random) -> list[bytes]:
     low, high = store.state.first_live_seq, store.state.next_seq
     newest = newest_first_seq(store)
     if how == "full":
-        from_newest = round(PRESENT_SAMPLE * min(1.0, store.generation_ids() / store.state.live_ids))
+        from_newest = round(PRESENT_SAMPLE * full_newest_share(store))
         ids = [message_id(rng.randrange(newest, high)) for _ in range(from_newest)]
         ids += [message_id(rng.randrange(low, newest)) for _ in range(PRESENT_SAMPLE - from_newest)]
         rng.shuffle(ids)
@@ -220,10 +225,7 @@ def main() -> None:
                             assert None not in answers and answers == expected[name], f"{row.label}: wrong answers"
                     rates[row.label] = held_rates(store, reference, mine, theirs, args.batch, seed)
             shares = (newest_share(reference), newest_share(store))
-            full = (
-                reference.generation_ids() / reference.state.live_ids,
-                store.generation_ids() / store.state.live_ids,
-            )
+            full = (full_newest_share(reference), full_newest_share(store))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     table = Table(title=f"a duplicate's lookup, {PRESENT_SAMPLE:,} ids in batches of {args.batch:,}")

@@ -73,15 +73,16 @@ COLUMNS = (("high", np.uint64), ("low", np.uint64), ("seqs", np.uint32))
 def write_columns(base: Path, keys: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Sorted 16-byte ``keys`` (``random_ids``) and their numbers as three files beside ``base``, memory-mapped:
     the ids' first and second big-endian 64-bit halves (sorted keys: sorted (first, second)) and the numbers."""
-    halves = keys.view(">u8").reshape(-1, 2).astype(np.uint64)
-    for suffix, column in (("high", halves[:, 0]), ("low", halves[:, 1]), ("seqs", seqs.astype(np.uint32))):
+    high, low = halves_of(keys.tobytes())
+    for suffix, column in (("high", high), ("low", low), ("seqs", seqs.astype(np.uint32))):
         np.ascontiguousarray(column).tofile(f"{base}.{suffix}")
     return tuple(np.memmap(f"{base}.{suffix}", dtype=kind, mode="r") for suffix, kind in COLUMNS)
 
 
-def halves_of(ids: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    asked = np.frombuffer(b"".join(ids), dtype=">u8").reshape(-1, 2).astype(np.uint64)
-    return asked[:, 0], asked[:, 1]
+def halves_of(ids: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The first and second big-endian 64-bit halves of 16-byte ids laid end to end."""
+    halves = np.frombuffer(ids, dtype=">u8").reshape(-1, 2).astype(np.uint64)
+    return halves[:, 0], halves[:, 1]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class SortedArrays:
 
     def seqs_of(self, ids: list[bytes]) -> np.ndarray:
         """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
-        high, low = halves_of(ids)
+        high, low = halves_of(b"".join(ids))
         start = np.maximum(np.searchsorted(self.fence, high, side="right") - 1, 0) * STRETCH
         last = len(self.high) - 1
         stretch = np.minimum(start[:, None] + np.arange(STRETCH), last)
@@ -135,7 +136,7 @@ class InterpolatedArrays:
 
     def seqs_of(self, ids: list[bytes]) -> np.ndarray:
         """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
-        high, low = halves_of(ids)
+        high, low = halves_of(b"".join(ids))
         count = len(self.high)
         guess = self.guess(high, count)
         first, end = np.maximum(guess - self.below, 0), np.minimum(guess + self.above, count)
@@ -150,8 +151,8 @@ class InterpolatedArrays:
 
 @dataclass
 class Side:
-    """One size's generations in both formats, and the probes' batches in each format's keys: per batch, each
-    generation's ids."""
+    """One size's generations as runs and as arrays, and the probes' batches in each format's keys: per batch,
+    each generation's ids."""
 
     db: Rdict
     runs: list[Rdict]
@@ -190,10 +191,11 @@ def build(directory: Path, size: int, generations: int) -> Side:
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
             probes[slot] = bytes(keys[at])
+    in_arrays = batches_by_generation(owners, probes)
     batches = {
         "runs": batches_by_generation(owners, [AJS_PREFIX + probe for probe in probes]),  # as the runs hold them
-        "fenced": batches_by_generation(owners, probes),
-        "interpolated": batches_by_generation(owners, probes),
+        "fenced": in_arrays,
+        "interpolated": in_arrays,
     }
     array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
     disk = {"runs": run_bytes / ids, "fenced": array_bytes / ids, "interpolated": array_bytes / ids}
