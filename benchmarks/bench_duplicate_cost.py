@@ -18,8 +18,8 @@ worker's block cache. Then 100,000 ids each store holds go through ``contains_ma
   without asking its generation): the store's own work per duplicate, the id filter and the Python around
   each batch.
 
-With ``--sealed-as-arrays``, each store's sealed generations are also written as the interpolated sorted
-arrays of ``bench_sealed_formats.py`` (a format the store does not have), and the draws over all, over the
+With ``--sealed-as-arrays``, each store's sealed generations are also written as sorted arrays
+(``store/sealed_arrays.py``, a layout the store's generations do not use yet), and the draws over all, over the
 sealed generations and with a full newest generation's share are measured again with the sealed generations
 searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups. Each
 draw's first batch is asked first with RocksDB's reads, then as measured: every id must be found, with the same
@@ -60,13 +60,14 @@ from benchmarks.bench_scale import (  # noqa: E402
     held_rates,
     quiet,
 )
-from benchmarks.bench_sealed_formats import InterpolatedArrays, write_columns  # noqa: E402
 from benchmarks.bench_store import message_id  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
+from store import sealed_arrays  # noqa: E402
 from store.codec import AJS_PREFIX, encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.memory import limit_heap_retention  # noqa: E402
 from store.options import shared_memory  # noqa: E402
+from store.sealed_arrays import SealedArrays  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 FOUND = (1).to_bytes(8, "big")
@@ -77,7 +78,7 @@ PACKED_AJS = len(AJS_PREFIX) + 16  # an ``ajs-`` id's key: the prefix and its 16
 class Row:
     label: str
     draw: str  # all, sealed, newest or full (see drawn)
-    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations as interpolated arrays)
+    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations as sorted arrays, store.sealed_arrays)
 
 
 ROWS = (
@@ -95,7 +96,7 @@ ARRAY_ROWS = (
 
 
 @contextmanager
-def asked_otherwise(store: DedupStore, arrays: dict[str, InterpolatedArrays] | None) -> Iterator[None]:
+def asked_otherwise(store: DedupStore, arrays: dict[str, SealedArrays] | None) -> Iterator[None]:
     """``store``'s lookups with its generations asked otherwise than in RocksDB: with ``arrays`` None, every key
     a generation is asked about is answered as found without reading (the store's own work); else the
     generations named in ``arrays`` (``store``'s own: another store's generations may bear the same names) are
@@ -111,7 +112,7 @@ def asked_otherwise(store: DedupStore, arrays: dict[str, InterpolatedArrays] | N
         if searched is None:
             return rocksdb(generation, keys, indexes, values, per_call)
         missing = []
-        seqs = searched.seqs_of([keys[index][len(AJS_PREFIX) :] for index in indexes]).tolist()
+        seqs = searched.seqs_of(b"".join([keys[index][len(AJS_PREFIX) :] for index in indexes])).tolist()
         for index, seq in zip(indexes, seqs, strict=True):
             if seq < 0:
                 missing.append(index)
@@ -123,22 +124,23 @@ def asked_otherwise(store: DedupStore, arrays: dict[str, InterpolatedArrays] | N
         yield
 
 
-def sealed_as_arrays(store: DedupStore, directory: Path) -> dict[str, InterpolatedArrays]:
-    """Each of ``store``'s generations older than the newest, its ids written as interpolated sorted arrays
-    (``bench_sealed_formats.py``) under ``directory``; by family name."""
+def sealed_as_arrays(store: DedupStore, directory: Path) -> dict[str, SealedArrays]:
+    """Each of ``store``'s generations older than the newest, its ids written as sorted arrays
+    (``store/sealed_arrays.py``) under ``directory``; by family name."""
     directory.mkdir()
     arrays = {}
-    for name, _, _ in store.id_families()[:-1]:
+    for name, first, _ in store.id_families()[:-1]:
         items = list(store.generation_items(name))
         packed = np.frombuffer(b"".join(key for key, _ in items), dtype=np.uint8)
         if packed.size != PACKED_AJS * len(items):
             raise SystemExit(f"generation {name} holds ids other than ajs- ids: the arrays hold those only")
-        keys = np.ascontiguousarray(packed.reshape(-1, PACKED_AJS)[:, len(AJS_PREFIX) :]).view("V16").ravel()
+        bodies = np.ascontiguousarray(packed.reshape(-1, PACKED_AJS)[:, len(AJS_PREFIX) :]).tobytes()
         seqs = np.fromiter((int.from_bytes(value, "big") for _, value in items), dtype=np.int64, count=len(items))
-        columns = write_columns(directory / name, keys, seqs)
-        for column in columns:  # map every page now, as a store would map its files whole when it opens them
+        sealed_arrays.write(directory / name, AJS_PREFIX, bodies, seqs, first)
+        opened = SealedArrays.open(directory / name)
+        for column in (opened.high, opened.low, opened.seqs):  # map every page now, as a store opening its files would
             column.sum()
-        arrays[name] = InterpolatedArrays.of(*columns)
+        arrays[name] = opened
     return arrays
 
 
@@ -180,7 +182,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
     parser.add_argument(
-        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as interpolated arrays"
+        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as sorted arrays (store.sealed_arrays)"
     )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     args = parser.parse_args()
@@ -201,7 +203,7 @@ def main() -> None:
                 task = progress.add_task(f"growing the {name}", total=size)
                 grow(grown, size, args.batch, progress, task)
                 quiet(grown)
-            arrays: dict[str, dict[str, InterpolatedArrays]] = {"store": {}, "reference": {}}
+            arrays: dict[str, dict[str, SealedArrays]] = {"store": {}, "reference": {}}
             if args.sealed_as_arrays:
                 progress.add_task("writing the sealed generations as arrays", total=None)
                 for name, grown in (("store", store), ("reference", reference)):

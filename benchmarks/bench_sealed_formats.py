@@ -9,16 +9,17 @@ random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept, and sea
 - **runs**: one SST file per generation written as the store seals one (zstd at level 12, 1 KiB blocks, the
   index in memory; ``bench_sealed_run.py``'s options), ingested as a column family each and read as the store
   reads a generation older than its newest: one multi-get per generation of that generation's ids;
-- **fenced**: per generation three files, memory-mapped: the ids' 16 bytes as two columns of big-endian
-  64-bit halves, sorted, and the 4-byte sequence numbers in the same order. In memory, every 128th id's first
-  half (0.06 bytes per id). A batch's ids of one generation are searched with numpy at once: the in-memory
-  fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its position, and
-  both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and UUIDs);
-  other ids would need another.
-- **interpolated**: the same files, nothing in memory but three numbers a generation. Each id's position is
-  guessed from its first half, and a binary search bounded by the guess's largest errors (found when the
-  files are written) is taken by all of a batch's ids of one generation in step, one numpy gather a step, so
-  that their reads of memory overlap. Ids spread evenly over the key space (random ids) keep the bound
+- **fenced**: per generation one file of ``store/sealed_arrays.py``'s layout, memory-mapped: the ids' 16 bytes as
+  two columns of big-endian 64-bit halves, sorted, and the 4-byte sequence numbers in the same order. In memory,
+  every 128th id's first half (0.06 bytes per id). A batch's ids of one generation are searched with numpy at
+  once: the in-memory fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its
+  position, and both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and
+  UUIDs); other ids would need another.
+- **interpolated**: the same files searched as ``store/sealed_arrays.py`` searches them, nothing in memory but
+  three numbers a generation. Each id's position is guessed from its first half, and a binary search bounded
+  by the guess's largest errors (found when the files are written) is taken by all of a batch's ids of one
+  generation in step, one numpy gather a step, so that their reads of memory overlap; ids sharing a first
+  half are told apart by their second. Ids spread evenly over the key space (random ids) keep the bound
   narrow; others widen it, up to a plain binary search.
 
 Then 100,000 of the ids, at random over every generation, are looked up in batches of 5,000; the six sides
@@ -31,7 +32,6 @@ of a duplicate's cost that grows with the store.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shutil
 import statistics
@@ -60,29 +60,15 @@ from benchmarks.bench_sealed_run import (  # noqa: E402
     run_options,
     write_run,
 )
+from store import sealed_arrays  # noqa: E402
 from store.codec import AJS_PREFIX  # noqa: E402
 from store.options import BLOCK_CACHE_BYTES, GENERATION_BLOCK_BYTES, older_generation_reads  # noqa: E402
+from store.sealed_arrays import SealedArrays, halves_of  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
 STRETCH = 128  # ids per fence entry
 FORMATS = ("runs", "fenced", "interpolated")
-COLUMNS = (("high", np.uint64), ("low", np.uint64), ("seqs", np.uint32))
-
-
-def write_columns(base: Path, keys: np.ndarray, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sorted 16-byte ``keys`` (``random_ids``) and their numbers as three files beside ``base``, memory-mapped:
-    the ids' first and second big-endian 64-bit halves (sorted keys: sorted (first, second)) and the numbers."""
-    high, low = halves_of(keys.tobytes())
-    for suffix, column in (("high", high), ("low", low), ("seqs", seqs.astype(np.uint32))):
-        np.ascontiguousarray(column).tofile(f"{base}.{suffix}")
-    return tuple(np.memmap(f"{base}.{suffix}", dtype=kind, mode="r") for suffix, kind in COLUMNS)
-
-
-def halves_of(ids: bytes) -> tuple[np.ndarray, np.ndarray]:
-    """The first and second big-endian 64-bit halves of 16-byte ids laid end to end."""
-    halves = np.frombuffer(ids, dtype=">u8").reshape(-1, 2).astype(np.uint64)
-    return halves[:, 0], halves[:, 1]
 
 
 @dataclass(frozen=True)
@@ -98,55 +84,15 @@ class SortedArrays:
     def of(cls, high: np.ndarray, low: np.ndarray, seqs: np.ndarray) -> SortedArrays:
         return cls(high=high, low=low, seqs=seqs, fence=np.array(high[::STRETCH]))
 
-    def seqs_of(self, ids: list[bytes]) -> np.ndarray:
-        """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
-        high, low = halves_of(b"".join(ids))
+    def seqs_of(self, bodies: bytes) -> np.ndarray:
+        """The sequence number of each 16-byte id of ``bodies`` (end to end), -1 where these arrays do not hold it."""
+        high, low = halves_of(bodies)
         start = np.maximum(np.searchsorted(self.fence, high, side="right") - 1, 0) * STRETCH
         last = len(self.high) - 1
         stretch = np.minimum(start[:, None] + np.arange(STRETCH), last)
         at = np.minimum(start + (self.high[stretch] < high[:, None]).sum(axis=1), last)
         held = (self.high[at] == high) & (self.low[at] == low)  # random ids share no first half here
         return np.where(held, self.seqs[at].astype(np.int64), -1)  # signed: -1 must not wrap in uint32
-
-
-@dataclass(frozen=True)
-class InterpolatedArrays:
-    """The same columns with nothing in memory but three numbers: an id's position is guessed from its first
-    half (ids spread evenly over the key space), and the guess's largest errors below and above, found when
-    the columns are written, bound a binary search that a batch's ids take in step, one gather a step: their
-    reads of memory overlap instead of each waiting for the last."""
-
-    high: np.ndarray
-    low: np.ndarray
-    seqs: np.ndarray
-    below: int
-    above: int
-    steps: int
-
-    @classmethod
-    def of(cls, high: np.ndarray, low: np.ndarray, seqs: np.ndarray) -> InterpolatedArrays:
-        error = np.arange(len(high)) - cls.guess(np.asarray(high), len(high))
-        below, above = int(-error.min()) + 1, int(error.max()) + 1
-        steps = math.ceil(math.log2(below + above + 1))
-        return cls(high=high, low=low, seqs=seqs, below=below, above=above, steps=steps)
-
-    @staticmethod
-    def guess(high: np.ndarray, count: int) -> np.ndarray:
-        return (high / 2.0**64 * count).astype(np.int64)
-
-    def seqs_of(self, ids: list[bytes]) -> np.ndarray:
-        """The sequence number of each of ``ids`` (16 bytes each), -1 where these arrays do not hold it."""
-        high, low = halves_of(b"".join(ids))
-        count = len(self.high)
-        guess = self.guess(high, count)
-        first, end = np.maximum(guess - self.below, 0), np.minimum(guess + self.above, count)
-        for _ in range(self.steps):  # the first position whose first half is not below the id's
-            middle = (first + end) >> 1
-            below = self.high.take(np.minimum(middle, count - 1)) < high
-            first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
-        at = np.minimum(first, count - 1)
-        held = (self.high.take(at) == high) & (self.low.take(at) == low)  # as the fenced search: see there
-        return np.where(held, self.seqs.take(at).astype(np.int64), -1)
 
 
 @dataclass
@@ -156,7 +102,7 @@ class Side:
 
     db: Rdict
     runs: list[Rdict]
-    arrays: dict[str, list[SortedArrays | InterpolatedArrays]]  # by format: the same files searched two ways
+    arrays: dict[str, list[SortedArrays | SealedArrays]]  # by format: the same files searched two ways
     batches: dict[str, list[dict[int, list[bytes]]]]
     disk_per_id: dict[str, float]
 
@@ -174,7 +120,7 @@ def build(directory: Path, size: int, generations: int) -> Side:
     owners = picker.integers(0, generations, PROBES)
     probes: list[bytes] = [b""] * PROBES
     runs, run_bytes, ids = [], 0, 0
-    arrays: dict[str, list[SortedArrays | InterpolatedArrays]] = {"fenced": [], "interpolated": []}
+    arrays: dict[str, list[SortedArrays | SealedArrays]] = {"fenced": [], "interpolated": []}
     for number in range(generations):
         keys, seqs = random_ids(size // generations, seed=size * 1000 + number)
         path = directory / f"run-{number}.sst"
@@ -184,9 +130,10 @@ def build(directory: Path, size: int, generations: int) -> Side:
         family.ingest_external_file([str(path)])
         family.set_read_options(older_generation_reads())
         runs.append(family)
-        columns = write_columns(directory / f"arrays-{number}", keys, seqs)
-        arrays["fenced"].append(SortedArrays.of(*columns))
-        arrays["interpolated"].append(InterpolatedArrays.of(*columns))
+        sealed_arrays.write(directory / f"arrays-{number}", AJS_PREFIX, keys.tobytes(), seqs, 0)
+        interpolated = SealedArrays.open(directory / f"arrays-{number}")
+        arrays["fenced"].append(SortedArrays.of(interpolated.high, interpolated.low, interpolated.seqs))
+        arrays["interpolated"].append(interpolated)
         ids += len(keys)
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
@@ -209,7 +156,7 @@ def ask_runs(side: Side, asked: dict[int, list[bytes]]) -> int:
 def asker(form: str) -> Callable[[Side, dict[int, list[bytes]]], int]:
     def ask_arrays(side: Side, asked: dict[int, list[bytes]]) -> int:
         searched = side.arrays[form]
-        return sum(int((searched[number].seqs_of(keys) < 0).sum()) for number, keys in asked.items())
+        return sum(int((searched[number].seqs_of(b"".join(keys)) < 0).sum()) for number, keys in asked.items())
 
     return ask_arrays
 

@@ -1,0 +1,233 @@
+"""A sealed generation's fixed-width ids as sorted arrays in one memory-mapped file, searched by interpolation.
+
+The layout a sealed generation's ``ajs-`` and UUID ids can take outside RocksDB: a duplicate's lookup in it
+costs a few reads of memory instead of an index search and a block decompressed (figures and the command
+that measures them inside the store's lookups: docs/benchmarks.md, "Where a duplicate's time goes"). The
+store's generations do not use it yet: ``benchmarks/bench_duplicate_cost.py --sealed-as-arrays`` and
+``benchmarks/bench_sealed_formats.py`` read it.
+
+One file holds the ids of one key prefix (``store.codec``: ``0xA0 0x10`` for ``ajs-``, ``0x02`` for a UUID),
+each as the 16 bytes after it:
+
+    header   64 bytes, little-endian: magic | count (u64) | first number (u64) | below (u64) | above (u64) |
+             CRC-32 of the columns (u32) | prefix length (u8) | prefix (up to 19 bytes, zero-padded)
+    high     count x u64: each id's first 8 bytes read big-endian, ascending
+    low      count x u64: its last 8 bytes, so that (high, low) ascends as the ids' bytes do
+    seqs     count x u32: each id's sequence number less the file's first number
+
+Nothing per id is kept in memory. An id's position is guessed from its first half as if ids spread evenly
+over the key space (random ids do); the guess's largest errors below and above, found when the file is written,
+bound a binary search on the first halves that a batch's ids take in step (one numpy gather a step, so their
+reads of memory overlap). Ids sharing a first half are then told apart by their second, so answers are exact
+for any ids; ids spread unevenly only widen the bound, up to a plain binary search.
+
+Written as a file apart, synced, then renamed: after a crash the file is whole or absent.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from store.errors import StoreCorruptError
+from store.id_filter import commit
+
+ID_BYTES = 16
+MAGIC = b"DDSARR01"
+MAX_PREFIX_BYTES = 19
+_HEADER = struct.Struct(f"<8sQQQQIB{MAX_PREFIX_BYTES}s")
+HEADER_BYTES = _HEADER.size
+BYTES_PER_ID = 8 + 8 + 4
+MAX_SEQ_SPAN = 2**32  # numbers a file can hold above its first: they are kept as u32
+_CRC_CHUNK = 1 << 24
+
+
+def halves_of(bodies: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """The first and second big-endian 64-bit halves of 16-byte ids laid end to end, as native integers."""
+    halves = np.frombuffer(bodies, dtype=">u8").reshape(-1, 2).astype(np.uint64)
+    return halves[:, 0], halves[:, 1]
+
+
+def guess(high: np.ndarray, count: int) -> np.ndarray:
+    """Each first half's position among ``count`` ids spread evenly over the key space: monotone in ``high``,
+    which the search's bounds rely on."""
+    return (high.astype(np.float64) * (count / 2.0**64)).astype(np.int64)
+
+
+def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq: int) -> None:
+    """Write the ids ``prefix`` + each 16 bytes of ``bodies``, numbered ``seqs`` (each within
+    ``MAX_SEQ_SPAN`` above ``first_seq``), to ``path``: written apart, synced, renamed. Ids need not come in
+    order; the same id twice is a bug of the caller."""
+    if len(prefix) > MAX_PREFIX_BYTES:
+        raise ValueError(f"a prefix of {len(prefix)} bytes: at most {MAX_PREFIX_BYTES}")
+    if len(bodies) % ID_BYTES:
+        raise ValueError(f"{len(bodies)} bytes of ids is not a whole number of {ID_BYTES}-byte ids")
+    high, low = halves_of(bodies)
+    numbers = np.asarray(seqs, dtype=np.int64)
+    if numbers.shape != high.shape:
+        raise ValueError(f"{high.size} ids and {numbers.size} sequence numbers")
+    if numbers.size and (numbers.min() < first_seq or numbers.max() - first_seq >= MAX_SEQ_SPAN):
+        raise ValueError(f"sequence numbers {numbers.min()}-{numbers.max()} are not within 2^32 from {first_seq}")
+    order = np.lexsort((low, high))
+    high, low = high[order], low[order]
+    if high.size > 1 and np.any((high[1:] == high[:-1]) & (low[1:] == low[:-1])):
+        raise ValueError("the same id twice")
+    columns = (high, low, (numbers[order] - first_seq).astype(np.uint32))
+    below, above = _bounds(high)
+    crc = 0
+    for column in columns:
+        crc = zlib.crc32(column.data, crc)
+    header = _HEADER.pack(MAGIC, high.size, first_seq, below, above, crc, len(prefix), prefix)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            handle.write(header)
+            for column in columns:
+                column.tofile(handle)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    commit(partial, path)
+
+
+def _bounds(high: np.ndarray) -> tuple[int, int]:
+    """How far below and above its guess an id's first position can be: one past the largest errors."""
+    if not high.size:
+        return 0, 0
+    error = np.arange(high.size, dtype=np.int64) - guess(high, high.size)
+    return int(-error.min()) + 1, int(error.max()) + 1
+
+
+@dataclass(frozen=True)
+class SealedArrays:
+    """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it."""
+
+    path: Path
+    prefix: bytes
+    first_seq: int
+    high: np.ndarray
+    low: np.ndarray
+    seqs: np.ndarray
+    below: int
+    above: int
+    crc: int
+
+    @classmethod
+    def open(cls, path: Path) -> SealedArrays:
+        """Map the file at ``path``; a file this layout did not write whole is refused."""
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            head = handle.read(HEADER_BYTES)
+            if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
+                raise _corrupt(path, "it does not start with a sealed-arrays header")
+            _, count, first_seq, below, above, crc, prefix_bytes, prefix = _HEADER.unpack(head)
+            expected = HEADER_BYTES + count * BYTES_PER_ID
+            if size != expected or prefix_bytes > MAX_PREFIX_BYTES:
+                raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
+            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if count else None
+        start = HEADER_BYTES
+        columns = []
+        for kind in (np.uint64, np.uint64, np.uint32):
+            columns.append(np.frombuffer(mapped, dtype=kind, count=count, offset=start) if count else np.zeros(0, kind))
+            start += count * np.dtype(kind).itemsize
+        return cls(path, prefix[:prefix_bytes], first_seq, *columns, below, above, crc)
+
+    def __len__(self) -> int:
+        return self.high.size
+
+    def verify(self) -> None:
+        """Read the whole file and check it against the CRC its header carries."""
+        crc = 0
+        for column in (self.high, self.low, self.seqs):
+            view = column.view(np.uint8)
+            for start in range(0, view.size, _CRC_CHUNK):
+                crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
+        if crc != self.crc:
+            raise _corrupt(self.path, "its ids do not match the checksum its header carries")
+
+    def seqs_of(self, bodies: bytes) -> np.ndarray:
+        """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
+        the file does not hold it."""
+        high, low = halves_of(bodies)
+        count = len(self)
+        if not count or not high.size:
+            return np.full(high.size, -1, dtype=np.int64)
+        at_guess = guess(high, count)
+        first = np.maximum(at_guess - self.below, 0)
+        end = np.minimum(at_guess + self.above, count)
+        at = _first_not_below(self.high, high, first, end, self.below + self.above)
+        row = np.minimum(at, count - 1)
+        found_high = self.high.take(row)
+        tied = np.flatnonzero((at < count) & (found_high == high) & (self.low.take(row) < low))
+        if tied.size:  # ids sharing this first half: the first whose second half is not below the asked one's
+            span = int((end[tied] - at[tied]).max())
+            at[tied] = _first_not_below_pair(self.high, self.low, high[tied], low[tied], at[tied], end[tied], span)
+            row = np.minimum(at, count - 1)
+            found_high = self.high.take(row)
+        held = (at < count) & (found_high == high) & (self.low.take(row) == low)
+        return np.where(held, self.seqs.take(row).astype(np.int64) + self.first_seq, -1)
+
+    def items(self, chunk: int = 65_536) -> Iterator[tuple[list[bytes], list[int]]]:
+        """``(keys, seqs)`` of every id in key order, ``chunk`` at a time: each key with its prefix, as
+        ``store.codec`` packs it."""
+        for start in range(0, len(self), chunk):
+            stop = start + chunk
+            bodies = np.empty((min(stop, len(self)) - start, 2), dtype=">u8")
+            bodies[:, 0], bodies[:, 1] = self.high[start:stop], self.low[start:stop]
+            packed = bodies.tobytes()
+            keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
+            yield keys, (self.seqs[start:stop].astype(np.int64) + self.first_seq).tolist()
+
+
+def _first_not_below(
+    column: np.ndarray, wanted: np.ndarray, first: np.ndarray, end: np.ndarray, span: int
+) -> np.ndarray:
+    """For each row, the first position in ``first[i]:end[i]`` of the ascending ``column`` whose value is not
+    below ``wanted[i]`` (``end[i]`` if none): a binary search all rows take in step."""
+    first, end = first.copy(), end.copy()
+    last = column.size - 1
+    for _ in range(_steps(span)):
+        middle = (first + end) >> 1
+        below = column.take(np.minimum(middle, last)) < wanted
+        first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
+    return first
+
+
+def _first_not_below_pair(
+    high: np.ndarray,
+    low: np.ndarray,
+    want_high: np.ndarray,
+    want_low: np.ndarray,
+    first: np.ndarray,
+    end: np.ndarray,
+    span: int,
+) -> np.ndarray:
+    """``_first_not_below`` on (first half, second half) pairs."""
+    first, end = first.copy(), end.copy()
+    last = high.size - 1
+    for _ in range(_steps(span)):
+        middle = (first + end) >> 1
+        row = np.minimum(middle, last)
+        found_high = high.take(row)
+        below = (found_high < want_high) | ((found_high == want_high) & (low.take(row) < want_low))
+        first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
+    return first
+
+
+def _steps(span: int) -> int:
+    """Halvings that take a range of ``span`` positions down to one answer (of ``span + 1``)."""
+    return math.ceil(math.log2(span + 1)) if span > 0 else 0
+
+
+def _corrupt(path: Path, why: str) -> StoreCorruptError:
+    return StoreCorruptError(
+        f"sealed arrays {path} cannot be read: {why}", "restore the store from a snapshot or rebuild it"
+    )
