@@ -78,7 +78,7 @@ PACKED_AJS = len(AJS_PREFIX) + 16  # an ``ajs-`` id's key: the prefix and its 16
 class Row:
     label: str
     draw: str  # all, sealed, newest or full (see drawn)
-    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations as sorted arrays, store.sealed_arrays)
+    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations in store.sealed_arrays)
 
 
 ROWS = (
@@ -182,7 +182,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
     parser.add_argument(
-        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as sorted arrays (store.sealed_arrays)"
+        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as sorted arrays"
     )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     args = parser.parse_args()
