@@ -5,9 +5,11 @@ of its cost grows with the store, and what a sealed format of the store's own wo
 
 Both stores are grown as ``bench_scale.py`` grows them (the worker's write path, bounded as a worker with
 ``max_keys`` is: the 1M store at 1M ids, the other at ``--size``), kept open in one process and sharing the
-worker's block cache. Then 100,000 ids each store holds go through ``contains_many`` in batches of
-``--batch``, the two stores taking turns on each batch (median of 5 rounds, ``bench_scale.py``'s
-``turn_rates``), drawn these ways:
+worker's block cache, and their files synced (else the kernel writes them back during the first rounds). Then
+100,000 ids each store holds go through ``contains_many`` in batches of ``--batch``, the two stores taking turns
+on each batch (median of 5 rounds, ``bench_scale.py``'s ``turn_rates``). Each round draws its ids anew: a worker
+asks about a duplicate once, and ids asked again round after round find more of what they read in the CPU's
+caches. They are drawn these ways:
 
 - **all**: at random over every live id, as ``bench_scale.py`` draws its present ids;
 - **sealed**: over the generations older than the newest (sealed runs, read without filling the block cache);
@@ -21,9 +23,9 @@ worker's block cache. Then 100,000 ids each store holds go through ``contains_ma
 With ``--sealed-as-arrays``, each store's sealed generations are also written as sorted arrays
 (``store/sealed_arrays.py``, a layout the store's generations do not use yet), and the draws over all, over the
 sealed generations and with a full newest generation's share are measured again with the sealed generations
-searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups. Each
-draw's first batch is asked first with RocksDB's reads, then as measured: every id must be found, with the same
-number.
+searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups. Before
+each draw is timed, a batch of it is asked with RocksDB's reads, then as measured: every id must be found, with
+the same number.
 
 Prints µs per duplicate in each store (the median of the rounds' rates), the median of the rounds' ratios of the
 two rates (present lookups are held to 0.8 of the 1M store's rate at 100M ids) and each round's ratio, and what
@@ -33,11 +35,12 @@ share of the live ids each store's newest generation holds.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,8 +60,8 @@ from benchmarks.bench_scale import (  # noqa: E402
     REFERENCE_IDS,
     bounded_store,
     grow,
-    held_rates,
     quiet,
+    turn_rates,
 )
 from benchmarks.bench_store import message_id  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
@@ -172,6 +175,12 @@ def drawn(store: DedupStore, how: str, rng: random.Random) -> list[bytes]:
     return [message_id(rng.randrange(low, high)) for _ in range(PRESENT_SAMPLE)]
 
 
+def fresh_draws(store: DedupStore, how: str, rng: random.Random) -> Callable[[], list[bytes]]:
+    """Ids ``drawn`` anew for each round: a worker asks about a duplicate once, and ids asked again find their
+    memory in the CPU's caches more often (both formats read faster so, the arrays the more)."""
+    return lambda: drawn(store, how, rng)
+
+
 def newest_share(store: DedupStore) -> float:
     state = store.state
     return (state.next_seq - newest_first_seq(store)) / (state.next_seq - state.first_live_seq)
@@ -208,24 +217,31 @@ def main() -> None:
                 progress.add_task("writing the sealed generations as arrays", total=None)
                 for name, grown in (("store", store), ("reference", reference)):
                     arrays[name] = sealed_as_arrays(grown, scratch / f"{name}-arrays")
+            os.sync()  # else the kernel writes the files back while the first rounds are timed
             rng = random.Random(args.size)
             for seed, row in enumerate(rows):
                 progress.add_task(f"looking up: {row.label}", total=None)
-                mine, theirs = drawn(store, row.draw, rng), drawn(reference, row.draw, rng)
-                asked = {"store": (store, mine), "reference": (reference, theirs)}
+                asked = {"store": store, "reference": reference}
                 # every id held, and with its own number whatever reads it: RocksDB's answers first
-                expected = {
-                    name: grown.live_seqs(encode_ids(ids[: args.batch])) for name, (grown, ids) in asked.items()
-                }
+                checked = {name: drawn(grown, row.draw, rng)[: args.batch] for name, grown in asked.items()}
+                expected = {name: asked[name].live_seqs(encode_ids(ids)) for name, ids in checked.items()}
                 with ExitStack() as reads:
-                    for name, (grown, _) in asked.items():
+                    for name, grown in asked.items():
                         if row.reads != "rocksdb":
                             reads.enter_context(asked_otherwise(grown, arrays[name] if row.reads == "arrays" else None))
-                    for name, (grown, ids) in asked.items():
+                    for name, ids in checked.items():
                         if row.reads != "none":
-                            answers = grown.live_seqs(encode_ids(ids[: args.batch]))
+                            answers = asked[name].live_seqs(encode_ids(ids))
                             assert None not in answers and answers == expected[name], f"{row.label}: wrong answers"
-                    rates[row.label] = held_rates(store, reference, mine, theirs, args.batch, seed)
+                    rates[row.label] = turn_rates(
+                        {
+                            name: (grown.contains_many, fresh_draws(grown, row.draw, rng))
+                            for name, grown in asked.items()
+                        },
+                        PRESENT_SAMPLE,
+                        args.batch,
+                        seed,
+                    )
             shares = (newest_share(reference), newest_share(store))
             full = (full_newest_share(reference), full_newest_share(store))
     finally:
