@@ -129,8 +129,10 @@ class SealedArrays:
             if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
                 raise _corrupt(path, "it does not start with a sealed-arrays header")
             _, count, first_seq, below, above, crc, prefix_bytes, prefix = _HEADER.unpack(head)
+            if prefix_bytes > MAX_PREFIX_BYTES:
+                raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
             expected = HEADER_BYTES + count * BYTES_PER_ID
-            if size != expected or prefix_bytes > MAX_PREFIX_BYTES:
+            if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
             mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if count else None
         start = HEADER_BYTES

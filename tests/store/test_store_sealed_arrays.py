@@ -122,6 +122,11 @@ def test_a_truncated_or_foreign_file_is_refused_with_what_to_do(tmp_path):
     os.truncate(path, HEADER_BYTES + 100 * 20 - 1)
     with pytest.raises(StoreCorruptError, match=r"holds 2063 bytes.*rebuild"):
         SealedArrays.open(path)
+    header = bytearray(path.read_bytes()[:HEADER_BYTES])
+    header[44] = 200  # the prefix's length
+    path.write_bytes(bytes(header))
+    with pytest.raises(StoreCorruptError, match="a prefix of 200 bytes"):
+        SealedArrays.open(path)
     path.write_bytes(b"not arrays at all" * 10)
     with pytest.raises(StoreCorruptError, match="does not start with a sealed-arrays header"):
         SealedArrays.open(path)
