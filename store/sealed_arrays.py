@@ -30,7 +30,7 @@ import math
 import mmap
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -165,13 +165,19 @@ class SealedArrays:
         at_guess = guess(high, count)
         first = np.maximum(at_guess - self.below, 0)
         end = np.minimum(at_guess + self.above, count)
-        at = _first_not_below(self.high, high, first, end, self.below + self.above)
+        at = _first_not_below(first, end, self.below + self.above, count - 1, lambda row: self.high.take(row) < high)
         row = np.minimum(at, count - 1)
         found_high = self.high.take(row)
         tied = np.flatnonzero((at < count) & (found_high == high) & (self.low.take(row) < low))
         if tied.size:  # ids sharing this first half: the first whose second half is not below the asked one's
+            tied_high, tied_low = high[tied], low[tied]
+
+            def pair_below(rows: np.ndarray) -> np.ndarray:
+                found = self.high.take(rows)
+                return (found < tied_high) | ((found == tied_high) & (self.low.take(rows) < tied_low))
+
             span = int((end[tied] - at[tied]).max())
-            at[tied] = _first_not_below_pair(self.high, self.low, high[tied], low[tied], at[tied], end[tied], span)
+            at[tied] = _first_not_below(at[tied], end[tied], span, count - 1, pair_below)
             row = np.minimum(at, count - 1)
             found_high = self.high.take(row)
         held = (at < count) & (found_high == high) & (self.low.take(row) == low)
@@ -190,37 +196,17 @@ class SealedArrays:
 
 
 def _first_not_below(
-    column: np.ndarray, wanted: np.ndarray, first: np.ndarray, end: np.ndarray, span: int
+    first: np.ndarray, end: np.ndarray, span: int, last: int, below: Callable[[np.ndarray], np.ndarray]
 ) -> np.ndarray:
-    """For each row, the first position in ``first[i]:end[i]`` of the ascending ``column`` whose value is not
-    below ``wanted[i]`` (``end[i]`` if none): a binary search all rows take in step."""
+    """For each row, the first position in ``first[i]:end[i]`` of an ascending column whose entry is not
+    ``below`` the row's wanted one (``end[i]`` if none): a binary search all rows take in step. ``below`` is
+    given each row's position clipped to ``last``, the column's last (a search that has closed on the
+    column's end asks one past it)."""
     first, end = first.copy(), end.copy()
-    last = column.size - 1
     for _ in range(_steps(span)):
         middle = (first + end) >> 1
-        below = column.take(np.minimum(middle, last)) < wanted
-        first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
-    return first
-
-
-def _first_not_below_pair(
-    high: np.ndarray,
-    low: np.ndarray,
-    want_high: np.ndarray,
-    want_low: np.ndarray,
-    first: np.ndarray,
-    end: np.ndarray,
-    span: int,
-) -> np.ndarray:
-    """``_first_not_below`` on (first half, second half) pairs."""
-    first, end = first.copy(), end.copy()
-    last = high.size - 1
-    for _ in range(_steps(span)):
-        middle = (first + end) >> 1
-        row = np.minimum(middle, last)
-        found_high = high.take(row)
-        below = (found_high < want_high) | ((found_high == want_high) & (low.take(row) < want_low))
-        first, end = np.where(below, middle + 1, first), np.where(below, end, middle)
+        lower = below(np.minimum(middle, last))
+        first, end = np.where(lower, middle + 1, first), np.where(lower, end, middle)
     return first
 
 
