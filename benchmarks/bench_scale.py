@@ -16,13 +16,15 @@ same process:
   shared machine hits both alike (median of 5 rounds; the ratio is the median of the rounds' ratios). The
   same ids also go to the grown store's RocksDB directly (``contains_keys_in_db``: no id filter), in the
   same turns: what the filter saves at each size;
-- present lookups: 100,000 ids drawn from those the store holds, the same way;
+- present lookups: 100,000 ids drawn from those the store holds, the same way, each round drawn anew (a worker
+  asks about a duplicate once; a bulk-loaded store's are the same ids each round);
 - recent present lookups: 100,000 ids drawn from the last 100,000 each store recorded, the same way: a worker's
   duplicates are mostly retries of what it published shortly before (not measured in a bulk-loaded store);
-- the ``ids`` family's SST files, bytes on disk per id (the whole directory), and this process's RSS growth per
-  id since the 1M point (read with memtables empty, merges settled and free heap pages returned). The id
-  filter is allocated whole on the first lookup, so it is not in that growth: its bytes per id of the window
-  are reported apart;
+- the ``ids`` family's SST files, bytes on disk per id (the whole directory, and of it the sealed generations'
+  arrays), and this process's RSS growth per id since the 1M point, in all and its anonymous part (the rest is
+  pages of mapped files: the sealed arrays a lookup touched), read with memtables empty, seals and merges
+  settled and free heap pages returned. The id filter is allocated whole on the first lookup, so it is not in
+  that growth: its bytes per id of the window are reported apart;
 - ingest with aging: 200 more batches, in alternating blocks without and with an ``age_step`` between
   batches that keeps the store at its size (p99 batch latency of each, and their ratio).
 
@@ -64,6 +66,7 @@ from benchmarks.bench_store import (  # noqa: E402
     absent_id,
     aging_latency,
     message_id,
+    rss_anon_bytes,
     rss_bytes,
     settle,
 )
@@ -185,6 +188,24 @@ def held_rates(
     )
 
 
+def fresh_rates(
+    store: DedupStore, reference: DedupStore, mine: tuple[int, int], theirs: tuple[int, int], batch: int, seed: int
+) -> dict:
+    """``turn_rates`` of each store looking up ids it holds, each round ``PRESENT_SAMPLE`` drawn anew from the
+    numbers ``mine`` (``theirs``: the reference's) of ids ``grow`` recorded."""
+    rng = random.Random(seed)
+
+    def drawn(low: int, high: int):
+        return lambda: [message_id(rng.randrange(low, high)) for _ in range(PRESENT_SAMPLE)]
+
+    return turn_rates(
+        {"store": (store.contains_many, drawn(*mine)), "reference": (reference.contains_many, drawn(*theirs))},
+        PRESENT_SAMPLE,
+        batch,
+        seed,
+    )
+
+
 def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: list[bytes] | None = None) -> dict:
     """Lookups of ``store`` against ``reference`` (see the module docstring). ``present_ids``: ids the store
     holds (default: drawn from those ``grow`` recorded)."""
@@ -208,13 +229,16 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
         batch,
         1,
     )
-    present_rates = held_rates(store, reference, present_ids, [message_id(n) for n in ref_drawn], batch, 2)
+    if drawn_from_grown:  # each round draws anew: a worker asks about a duplicate once
+        live = (state.first_live_seq, state.next_seq)
+        present_rates = fresh_rates(store, reference, live, (0, REFERENCE_IDS), batch, 2)
+    else:
+        present_rates = held_rates(store, reference, present_ids, [message_id(n) for n in ref_drawn], batch, 2)
     recent = {}
     if drawn_from_grown:
-        mine = [message_id(rng.randrange(state.next_seq - RECENT_IDS, state.next_seq)) for _ in range(PRESENT_SAMPLE)]
-        theirs = [message_id(rng.randrange(REFERENCE_IDS - RECENT_IDS, REFERENCE_IDS)) for _ in range(PRESENT_SAMPLE)]
-        recent = held_rates(store, reference, mine, theirs, batch, 3)
-        assert all(store.contains_many(mine[:batch]))
+        mine = (state.next_seq - RECENT_IDS, state.next_seq)
+        recent = fresh_rates(store, reference, mine, (REFERENCE_IDS - RECENT_IDS, REFERENCE_IDS), batch, 3)
+        assert all(store.contains_many([message_id(n) for n in range(*mine)][:batch]))
     assert not any(store.contains_many(absent()[:batch]))
     assert all(store.contains_many(present_ids[:batch]))
     return {
@@ -224,6 +248,8 @@ def measure(store: DedupStore, reference: DedupStore, batch: int, present_ids: l
         "sst_bytes_per_id": sst_bytes(store) / state.live_ids,
         "bytes_per_id": dir_bytes(store.path) / state.live_ids,
         "rss_bytes": rss_bytes(),
+        "rss_anon_bytes": rss_anon_bytes(),
+        "arrays_bytes_per_id": store.arrays_bytes() / state.live_ids,
         "filter_bytes": store.filter_bytes,
         "absent": absent_rates,
         "present": present_rates,
@@ -299,6 +325,9 @@ def main() -> None:
     for figures in curve:
         span = figures["live_ids"] - first["live_ids"]
         figures["rss_growth_per_id"] = (figures["rss_bytes"] - first["rss_bytes"]) / span if span > 0 else None
+        figures["rss_anon_growth_per_id"] = (
+            (figures["rss_anon_bytes"] - first["rss_anon_bytes"]) / span if span > 0 else None
+        )
         for kind in ("absent", "present"):
             figures[kind]["ratio_vs_first_point"] = figures[kind]["per_s"] / first[kind]["per_s"]
     result = {
@@ -392,16 +421,17 @@ def markdown(result: dict) -> str:
         f"batches of {result['batch']:,} ids, the reference store holds {result['reference_ids']:,} ids; "
         f"{result['seconds'] / 60:.0f} minutes in all.",
         "",
-        "| ids held | ids files | bytes on disk per id | RSS growth per id | absent ids/s | vs the 1M point "
+        "| ids held | ids files | bytes on disk per id | of them sealed arrays | RSS growth per id | of it anonymous "
+        "| absent ids/s | vs the 1M point "
         "| vs the 1M store | absent ids/s without the id filter | present ids/s | vs the 1M point | vs the 1M store "
         "| recent present ids/s | vs the 1M store | aging p99 ratio |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in result["curve"]:
         growth = f.get("rss_growth_per_id")
         lines.append(
-            f"| {f['live_ids']:,} | {f['ids_files']} | {f['bytes_per_id']:.1f} | "
-            f"{'-' if growth is None else f'{growth:.2f}'} | {f['absent']['per_s'] / 1e6:.2f}M | "
+            f"| {f['live_ids']:,} | {f['ids_files']} | {f['bytes_per_id']:.1f} | {_arrays_cell(f)} | "
+            f"{'-' if growth is None else f'{growth:.2f}'} | {_anon_cell(f)} | {f['absent']['per_s'] / 1e6:.2f}M | "
             f"{f['absent']['ratio_vs_first_point']:.2f} | {f['absent']['ratio_vs_reference']:.2f} | "
             f"{f['absent'].get('without_filter_per_s', 0) / 1e6:.2f}M | {f['present']['per_s'] / 1e3:.1f}k | "
             f"{f['present']['ratio_vs_first_point']:.2f} | {f['present']['ratio_vs_reference']:.2f} | "
@@ -414,6 +444,16 @@ def markdown(result: dict) -> str:
     if result.get("bulk_loaded"):
         lines += ["", _bulk_line(result["bulk_loaded"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _arrays_cell(figures: dict) -> str:
+    arrays = figures.get("arrays_bytes_per_id")  # absent from results written before sealed arrays
+    return "-" if arrays is None else f"{arrays:.1f}"
+
+
+def _anon_cell(figures: dict) -> str:
+    growth = figures.get("rss_anon_growth_per_id")
+    return "-" if growth is None else f"{growth:.2f}"
 
 
 def _recent_cells(figures: dict) -> tuple[str, str]:
@@ -440,7 +480,9 @@ def report(result: dict) -> None:
         "ids held",
         "ids files",
         "B/id on disk",
+        "of it sealed arrays",
         "RSS growth B/id",
+        "of it anonymous",
         "absent ids/s",
         "vs 1M point",
         "vs 1M store",
@@ -459,7 +501,9 @@ def report(result: dict) -> None:
             f"{f['live_ids']:,}",
             str(f["ids_files"]),
             f"{f['bytes_per_id']:.1f}",
+            _arrays_cell(f),
             "-" if growth is None else f"{growth:.2f}",
+            _anon_cell(f),
             f"{f['absent']['per_s'] / 1e6:.2f}M",
             f"{f['absent']['ratio_vs_first_point']:.2f}",
             f"{f['absent']['ratio_vs_reference']:.2f}",

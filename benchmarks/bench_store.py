@@ -71,6 +71,15 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def rss_anon_bytes() -> int:
+    """The anonymous part of the RSS: the heap, not the pages of files mapped (sealed arrays, libraries)."""
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -143,6 +152,7 @@ def settle(store: DedupStore, timeout: float = 600, quiet_s: float = 5.0) -> Non
     none has run for ``quiet_s`` (RocksDB can report a compaction pending that its picker never takes: with the
     worker's memtable budget this waited out the whole timeout)."""
     deadline = time.monotonic() + timeout
+    store.wait_for_seals(timeout)  # generations sealed: their arrays written and taken in
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:
         running = store.compactions_running()

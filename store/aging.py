@@ -24,7 +24,7 @@ from rocksdict import WriteBatch
 from store.codec import CF_TIMES, StoreState, decode_seq, encode_seq
 from store.dedup_store import DedupStore
 from store.errors import ConfigError
-from store.footprint import sst_bytes
+from store.footprint import data_bytes
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class AgingPlan:
     current_cut: int
     target_cut: int
     live_ids: int
-    sst_bytes: int | None
+    data_bytes: int | None  # SST files and sealed arrays, when the policy bounds bytes
     reason: str  # "max_keys", "max_bytes" or "within policy"
 
     @property
@@ -85,7 +85,7 @@ def plan_aging(store: DedupStore, policy: AgingPolicy) -> AgingPlan:
         target, reason = state.next_seq - policy.max_keys, "max_keys"
     total = None
     if policy.max_bytes is not None:
-        total = sst_bytes(store)
+        total = data_bytes(store)
         if total > policy.max_bytes:
             bytes_cut = _cut_for_bytes(store.generation_bytes(), total - policy.max_bytes, state.next_seq)
             if bytes_cut > target:
@@ -94,7 +94,7 @@ def plan_aging(store: DedupStore, policy: AgingPolicy) -> AgingPlan:
         current_cut=cut,
         target_cut=target,
         live_ids=state.next_seq - cut,
-        sst_bytes=total,
+        data_bytes=total,
         reason=reason,
     )
 

@@ -1,4 +1,4 @@
-"""Byte layout of the dedup store (schema version 5).
+"""Byte layout of the dedup store (schema version 6).
 
 Every id is stored exactly once (bytes per id: docs/benchmarks.md). The ids in generation families, plus
 two more families, always written together in one ``WriteBatch``:
@@ -12,7 +12,11 @@ two more families, always written together in one ``WriteBatch``:
                              ``0x02`` + 16 bytes       for a canonical lowercase UUID (8-4-4-4-12)
                              ``0x03`` + the raw bytes, for any other id
            value  the id's sequence number, big-endian, as few bytes as the batch's largest needs
-                  (1 byte up to 255, 2 up to 65,535, ...; leading zeros are allowed)
+                  (1 byte up to 255, 2 up to 65,535, ...; leading zeros are allowed); in a generation with
+                  sealed arrays, an empty value marks an id of theirs forgotten (``forget_many``)
+           (schema 6: a worker's sealed generations keep their ``ajs-`` and UUID ids in sealed arrays, one
+           file per prefix beside the database, ``store.generation_arrays``, and not in the family, but for
+           ids put back or forgotten since)
            (schema 4 and older: one FIFO family ``ids`` for all of them, with batch markers ``0x00`` / ``0xFF``
            + ``>Q`` first / last sequence number of a batch, which made each file's smallest and largest keys
            its sequence range; such a store is migrated to generations when a writer opens it)
@@ -37,6 +41,8 @@ two more families, always written together in one ``WriteBatch``:
                             worker refused the partition for (see Output gaps); absent when there is none
            key ``accepted-gaps``  value JSON list, oldest first, of ``{"gap": {…as above}, "from_seq",
                             "accepted_ms", "reason", "by"}``: the gaps an operator accepted; absent when none
+           key ``sealed-arrays``  value JSON ``{family: [file names]}``: each generation's sealed arrays;
+                            written with the deletion of their ids from the family, in one synced write
            key ``filter-token``   value ASCII: the token of the saved id filter (``id-filter`` beside the
                             database, ``store.id_filter``) that holds every id below its stamped number;
                             absent when no saved filter may be used (none saved yet, or ids put back since)
@@ -63,9 +69,11 @@ before them ignore the keys, and would read such earlier offsets as the present 
 
 Versions. Schema 2 is schema 3 without digests, schema 3 is schema 4 without output offsets, and schema 4 is
 schema 5 with every id in the one ``ids`` family: such a store opens, and a read-write open moves its ids into
-generations and marks it 5 (older builds then refuse it instead of misreading the new fields);
+generations and marks it current (older builds then refuse it instead of misreading the new fields);
 its old batches are reconciled id by id, and where the aging cut falls in a batch without offsets, reconcile
-cannot place the cut exactly and says so.
+cannot place the cut exactly and says so. Schema 5 is schema 6 without sealed arrays: a read-write open marks
+it 6 (a build of schema 5 would miss the ids in sealed arrays), and a worker then writes its sealed
+generations' arrays in the background, one at a time; until then they are read as runs, as before.
 """
 
 from __future__ import annotations
@@ -83,9 +91,9 @@ from functools import lru_cache
 from itertools import accumulate, islice
 from operator import sub
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # 2: no digests in ``times``; 3: no output offsets; 4: one ``ids`` family (see Versions)
-READABLE_SCHEMA_VERSIONS = (2, 3, 4, 5)
+READABLE_SCHEMA_VERSIONS = (2, 3, 4, 5, 6)
 FIRST_GENERATIONS_SCHEMA = 5
 MAX_ID_BYTES = 256
 
@@ -105,6 +113,7 @@ META_REFUSED_GAP = b"refused-gap"
 META_ACCEPTED_GAPS = b"accepted-gaps"
 META_FILTER_TOKEN = b"filter-token"
 META_MERGED = b"merged-generations"  # the sources of a merge committed and not yet dropped
+META_ARRAYS = b"sealed-arrays"  # each generation's files of sealed arrays (``store.generation_arrays``)
 
 GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset
 GAP_TRUNCATED = "truncated"  # the output's log end fell below it: the topic recreated, or records lost

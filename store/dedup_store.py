@@ -3,8 +3,9 @@
 Writers open it read-write (taking RocksDB's lock, so two processes never share a store); inspection opens
 it as a secondary instance, which takes no lock and follows the writer. The byte layout is in ``store.codec``:
 each id is stored once, keyed by its packed bytes, with its sequence number as the value, in the generation
-family of its sequence number (``store.generations``); ``first_live_seq`` is the exact aging cut every reader
-applies. A worker's store (``open``) also keeps an id filter in memory
+family of its sequence number (``store.generations``), or, once that generation is sealed in a worker's
+store, for ``ajs-`` and UUID ids, in its sealed arrays (``store.generation_arrays``); ``first_live_seq`` is the
+exact aging cut every reader applies. A worker's store (``open``) also keeps an id filter in memory
 (``store.id_filter``), asked before RocksDB so that an absent id costs the same whatever the store holds, and
 saved beside the database when the store closes and each time a generation is sealed
 (``store.filter_keeper``).
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ from rocksdict import (
 )
 
 from store import child_process
+from store import generation_arrays as arrays_files
 from store import generation_merge as merges
 from store import generations as gens
 from store.catch_up import Backoff, catch_up, manifest_mark
@@ -55,6 +57,7 @@ from store.codec import (
     IDS_UPPER,
     LEGACY_FAMILIES,
     META_ACCEPTED_GAPS,
+    META_ARRAYS,
     META_FILTER_TOKEN,
     META_IDENTITY,
     META_MERGED,
@@ -124,7 +127,19 @@ _SCAN_CHUNK = 100_000
 _SECONDARY_OPEN_SECONDS = 30.0  # how long opening a secondary instance races a writer's new generations
 # what RocksDB says when a secondary instance opens while the writer drops or creates a family
 _FAMILY_RACES = ("Column family not found", "MANIFEST record referencing unknown column family")
+_FOREVER = 1e9  # seconds: a join without a timeout
 _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed run is on L6
+
+
+@dataclass
+class _Conversion:
+    """A sealed generation's fixed-width ids being written to sealed arrays on a thread of its own."""
+
+    generation: Generation
+    thread: threading.Thread | None = None
+    names: list[str] | None = None
+    error: Exception | None = None
+    void: bool = False  # ids were put back or forgotten meanwhile: the files may lack the change
 
 
 def _leave_block_cache_alone(generation: Generation) -> None:
@@ -194,6 +209,14 @@ def _store_options(names: tuple[str, ...], create: bool, shared: SharedMemory | 
     return store_options(create, shared, generations, legacy_ids=CF_IDS in names)
 
 
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link, as RocksDB's checkpoint makes of its files, or a copy on another filesystem."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
     text = str(error)
     if "lock" in text.lower() and ("temporarily unavailable" in text or "lock hold" in text):
@@ -234,6 +257,10 @@ class DedupStore:
         self.writable = writable
         self._new_generation_options = new_generation_options
         self._sealing: dict[str, threading.Thread] = {}
+        # a worker's store writes its sealed generations' fixed-width ids to sealed arrays, one at a time
+        self._converts = filtered
+        self._to_convert: list[Generation] = []
+        self._conversion: _Conversion | None = None
         self._merge: merges.Merge | None = None
         self._merge_due = False  # whether generations may need merging: asked at the next record
         self._closed = False
@@ -270,6 +297,10 @@ class DedupStore:
             self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
         live, leftovers = gens.live_families(families, _committed_merge_sources(db))
         self._leftover_families = leftovers if migrated or self._legacy_ids is None else []
+        self._times = db.get_column_family(CF_TIMES)
+        self._meta = db.get_column_family(CF_META)
+        self._times_handle = db.get_column_family_handle(CF_TIMES)
+        self._meta_handle = db.get_column_family_handle(CF_META)
         self._generations = Generations(
             [self._generation(name, gens.first_seq_of(name)) for name in live]
             if migrated or self._legacy_ids is None
@@ -277,10 +308,20 @@ class DedupStore:
         )
         for generation in list(self._generations)[:-1]:
             _leave_block_cache_alone(generation)
-        self._times = db.get_column_family(CF_TIMES)
-        self._meta = db.get_column_family(CF_META)
-        self._times_handle = db.get_column_family_handle(CF_TIMES)
-        self._meta_handle = db.get_column_family_handle(CF_META)
+        self._attach_arrays()
+
+    def _attach_arrays(self) -> None:
+        """Map the sealed arrays the metadata names for each live generation. A secondary instance skips a file
+        the writer removed since it listed the families (its generation aged out or merged meanwhile), and
+        always asks a family before its arrays (it cannot know when the writer puts an id back there)."""
+        self._arrays_raw = self._meta.get(META_ARRAYS)
+        named = arrays_files.decode_names(self._arrays_raw)
+        for generation in self._generations:
+            files = named.get(generation.name)
+            if not files:
+                continue
+            generation.arrays = arrays_files.open_files(self.path, files, missing_ok=not self.writable)
+            generation.overrides = not self.writable or self._holds_array_keys(generation)
 
     def _reopen_secondary(self) -> None:
         """Open the database again (a secondary instance): the writer added or dropped generations."""
@@ -510,6 +551,7 @@ class DedupStore:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
             self._drop_merge_leftovers()
+            self._settle_arrays()
             child_process.clear(self.path)  # what a killed worker's children left
             for generation in list(self._generations)[:-1]:
                 self._seal_if_written(generation)  # a seal a stop or crash cut short is made again
@@ -519,6 +561,48 @@ class DedupStore:
         except BaseException:
             self.close()
             raise
+
+    def _settle_arrays(self) -> None:
+        """Forget the metadata's arrays of generations no longer live (dropped before a crash let it say so), and
+        remove the files it does not name (a seal a crash cut short, or such a generation's)."""
+        live = {g.name for g in self._generations}
+        named = arrays_files.decode_names(self._meta.get(META_ARRAYS))
+        stale = [family for family in named if family not in live]
+        if stale:
+            self._write_arrays_names({family: files for family, files in named.items() if family in live})
+        kept = {name for family, files in named.items() if family in live for name in files}
+        removed = arrays_files.remove_unnamed(self.path, kept)
+        if removed:
+            log.info("store %s: removed sealed arrays no generation names: %s", self.path, removed)
+
+    def _arrays_names(self) -> dict[str, list[str]]:
+        return arrays_files.decode_names(self._meta.get(META_ARRAYS))
+
+    def _write_arrays_names(self, names: dict[str, list[str]], batch: WriteBatch | None = None) -> None:
+        """Write the metadata's arrays names (in ``batch`` when given, which this then writes, synced)."""
+        batch = batch if batch is not None else WriteBatch(raw_mode=True)
+        if names:
+            batch.put(META_ARRAYS, arrays_files.encode_names(names), self._meta_handle)
+        else:
+            batch.delete(META_ARRAYS, self._meta_handle)
+        durable = WriteOptions()
+        durable.sync = True
+        self._db.write(batch, durable)
+
+    def _holds_array_keys(self, generation: Generation) -> bool:
+        """Whether a generation's family holds any key of an arrays prefix (one seek each)."""
+        for prefix in arrays_files.PREFIXES:
+            lower, upper = arrays_files.prefix_range(prefix)
+            read = ReadOptions()
+            read.set_iterate_upper_bound(upper)
+            it = generation.family.iter(read)
+            try:
+                it.seek(lower)
+                if it.valid():
+                    return True
+            finally:
+                del it
+        return False
 
     def _drop_merge_leftovers(self) -> None:
         """Finish a merge a stop or crash cut short (``store.generation_merge``): drop the sources of a committed
@@ -606,8 +690,9 @@ class DedupStore:
                     raise
                 families = None
             # a secondary instance follows only the families it opened with: one the writer added or dropped
-            # since (a generation) makes it open again; the same families: none started since it caught up
-            if families != set(self._family_names_on_open):
+            # since (a generation), or sealed arrays it named since, make it open again; the same families and
+            # arrays: none started since it caught up
+            if families != set(self._family_names_on_open) or self._meta.get(META_ARRAYS) != self._arrays_raw:
                 self._reopen_secondary()
             elif (raw := self._meta.get(META_STATE)) is not None:
                 self._state = decode_state(raw)
@@ -795,7 +880,7 @@ class DedupStore:
             if after is not None and generation.first_seq < after.first_seq:
                 continue
             resumed = after is not None and generation.first_seq == after.first_seq
-            for key, value in generation.family.items(from_key=after.key if resumed else IDS_LOWER, read_opt=read):
+            for key, value in self._items_of(generation, after.key if resumed else IDS_LOWER, read):
                 if resumed and key == after.key:
                     continue
                 seq = int.from_bytes(value, "big")
@@ -872,11 +957,63 @@ class DedupStore:
             self._ask(generation, keys, indexes, values, per_call)
         return values
 
-    @staticmethod
     def _ask(
+        self, generation: Generation, keys: list[bytes], indexes: list[int], values: list[bytes | None], per_call: int
+    ) -> list[int]:
+        """Look ``keys[indexes]`` up in one generation into ``values``: in its sealed arrays those they may hold,
+        the others in its family; returns the indexes not found."""
+        if not generation.arrays:
+            return self._ask_family(generation, keys, indexes, values, per_call)
+        in_arrays: dict[bytes, list[int]] = {}
+        in_family: list[int] = []
+        arrays = generation.arrays
+        for index in indexes:
+            prefix = arrays_files.prefix_of(keys[index])
+            if prefix in arrays:
+                in_arrays.setdefault(prefix, []).append(index)
+            else:
+                in_family.append(index)
+        missing = self._ask_family(generation, keys, in_family, values, per_call) if in_family else []
+        for prefix, asked in in_arrays.items():
+            if generation.overrides:  # an id put back (its number) or forgotten (an empty value) is in the family
+                asked = self._ask_overrides(generation, keys, asked, values, missing, per_call)
+            skip = len(prefix)
+            seqs = arrays[prefix].seqs_of(b"".join([keys[index][skip:] for index in asked])).tolist()
+            for index, seq in zip(asked, seqs, strict=True):
+                if seq < 0:
+                    missing.append(index)
+                else:
+                    values[index] = seq.to_bytes(8, "big")
+        return missing
+
+    def _ask_overrides(
+        self,
+        generation: Generation,
+        keys: list[bytes],
+        asked: list[int],
+        values: list[bytes | None],
+        missing: list[int],
+        per_call: int,
+    ) -> list[int]:
+        """Ask the family about ids its sealed arrays may hold: one it holds is answered there (found, or missing
+        when forgotten); returns the others, for the arrays."""
+        found: list[bytes | None] = [None] * len(keys)
+        unanswered = self._ask_family(generation, keys, asked, found, per_call)
+        for index in asked:
+            value = found[index]
+            if value is None:
+                continue
+            if value:
+                values[index] = value
+            else:
+                missing.append(index)
+        return unanswered
+
+    @staticmethod
+    def _ask_family(
         generation: Generation, keys: list[bytes], indexes: list[int], values: list[bytes | None], per_call: int
     ) -> list[int]:
-        """Multi-get ``keys[indexes]`` from one generation into ``values``; returns the indexes not found."""
+        """Multi-get ``keys[indexes]`` from one generation's family into ``values``; returns the indexes not found."""
         family = generation.family
         missing = []
         for start in range(0, len(indexes), per_call):
@@ -939,6 +1076,7 @@ class DedupStore:
         self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
         self._filters.ids_put_back()
         self._void_merge()  # its files could lack the ids put back below
+        self._void_conversion()  # so could sealed arrays being written
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
         placed: list[int | None] = [None] * len(ids)
@@ -950,7 +1088,9 @@ class DedupStore:
                 continue
             if live is not None:
                 continue  # not lost: live under its own number
-            batch.put(key, seq.to_bytes(seq_width(seq), "big"), self._generations.holding(seq).handle)
+            generation = self._generations.holding(seq)
+            batch.put(key, seq.to_bytes(seq_width(seq), "big"), generation.handle)
+            generation.overrides = True  # asked before its sealed arrays, if it has any
             taken.add(seq)
             keys_taken.add(key)
             placed[index] = seq
@@ -1116,7 +1256,7 @@ class DedupStore:
 
     def compaction_pending(self) -> bool:
         """Whether RocksDB counts a compaction of the ids as pending, or a generation is being sealed."""
-        if any(thread.is_alive() for thread in self._sealing.values()):
+        if any(thread.is_alive() for thread in self._sealing.values()) or self._conversion or self._to_convert:
             return True
         return any(g.family.property_int_value("rocksdb.compaction-pending") for g in self._generations)
 
@@ -1202,7 +1342,8 @@ class DedupStore:
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
         ``store.bulk_load``) become the generation starting at that number; the files of a generation that has
-        several are compacted into its one run here, so the store is ready for lookups when this returns."""
+        several are compacted into its one run here, and (a worker's store) each but the newest written to sealed
+        arrays, so the store is ready for lookups when this returns."""
         self._require_writable()
         if len(self._generations):
             raise StoreError(f"store {self.path} holds ids already: a bulk load fills a fresh store")
@@ -1216,11 +1357,27 @@ class DedupStore:
             generation.family.ingest_external_file(files[first], ingest)
             if len(files[first]) > 1:
                 generation.family.compact_range(None, None, seal_options())
+        if self._converts:  # every generation but the newest, which takes the next writes, to sealed arrays
+            for generation in list(self._generations)[:-1]:
+                names = arrays_files.write_generation(
+                    self.path, generation.name, generation.family, generation.first_seq
+                )
+                self._commit_arrays(generation, names)
+                if names:
+                    generation.family.compact_range(None, None, seal_options())
 
     def _seal(self, generation: Generation) -> None:
-        """Flush a generation no longer written and compact it into its filterless run, on a thread of its own
-        (RocksDB works without the GIL: the writer goes on meanwhile)."""
+        """Seal a generation no longer written: a worker's store writes its fixed-width ids to sealed arrays
+        first (``_convert``); then, or else, its family is compacted into its filterless run."""
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
+        if self._converts and not generation.arrays:
+            self._to_convert.append(generation)  # started once the batch that sealed it is written: _merge_step
+        else:
+            self._compact_sealed(generation)
+
+    def _compact_sealed(self, generation: Generation) -> None:
+        """Flush a sealed generation and compact it into one filterless run, on a thread of its own (RocksDB
+        works without the GIL: the writer goes on meanwhile)."""
 
         def run() -> None:
             try:
@@ -1235,8 +1392,11 @@ class DedupStore:
 
     def _seal_if_written(self, generation: Generation) -> None:
         """Seal a generation no longer written, unless it is one run already (sealed before, bulk loaded, or
-        merged down by RocksDB): rewriting it would only cost CPU."""
-        if self._written_since_sealed(generation):
+        merged down by RocksDB) and, for a worker's store, holds no fixed-width ids outside sealed arrays
+        (written by an earlier schema, or a seal a stop cut short): rewriting it would only cost CPU."""
+        if self._written_since_sealed(generation) or (
+            self._converts and not generation.arrays and self._holds_array_keys(generation)
+        ):
             self._seal(generation)
         else:
             generation.family.set_options(SEALED_GENERATION_OPTIONS)
@@ -1257,10 +1417,105 @@ class DedupStore:
         family = generation.family
         return any(family.property_int_value(f"rocksdb.num-files-at-level{level}") for level in range(_LAST_LEVEL))
 
+    # -- sealed arrays (store.generation_arrays) -------------------------------------------------------
+
+    def _next_conversion(self) -> None:
+        """Start writing the next sealed generation waiting for its arrays, unless one is being written. Only
+        between batches: the batch that seals a generation may write some of its numbers after sealing it, and
+        the conversion reads the family as it is then (the ids it misses would be deleted with the others)."""
+        while self._conversion is None and self._to_convert:
+            generation = self._to_convert.pop(0)
+            if generation.family is None or generation.arrays:
+                continue  # aged out or merged meanwhile, or converted already
+            conversion = _Conversion(generation)
+
+            def run(conversion: _Conversion = conversion, generation: Generation = generation) -> None:
+                try:
+                    conversion.names = arrays_files.write_generation(
+                        self.path, generation.name, generation.family, generation.first_seq
+                    )
+                except Exception as error:  # left as a run: still correct, its lookups only cost more
+                    conversion.error = error
+
+            conversion.thread = threading.Thread(target=run, name=f"arrays-{generation.name}", daemon=True)
+            self._conversion = conversion
+            conversion.thread.start()
+
+    def _take_conversion(self, wait_s: float = 0.0) -> bool:
+        """Take in the sealed arrays written for a generation, if done (waiting up to ``wait_s``): their names
+        and the removal of those ids from the family in one synced write, then the family compacted. Returns
+        whether no conversion is left running."""
+        conversion = self._conversion
+        if conversion is None:
+            return True
+        conversion.thread.join(wait_s)
+        if conversion.thread.is_alive():
+            return False
+        self._conversion = None
+        generation = conversion.generation
+        if conversion.error is not None:
+            log.warning(
+                "store %s: could not write the sealed arrays of %s (%s); it stays a run until the next open",
+                self.path, generation.name, conversion.error,
+            )  # fmt: skip
+        elif conversion.void or generation.family is None:
+            arrays_files.remove(self.path, conversion.names or [])
+            if generation.family is not None:
+                self._to_convert.append(generation)  # written again from the family as it is now
+        else:
+            self._commit_arrays(generation, conversion.names or [])
+            self._compact_sealed(generation)
+        self._next_conversion()
+        return self._conversion is None
+
+    def _commit_arrays(self, generation: Generation, names: list[str]) -> None:
+        """Make ``names`` (written from ``generation``'s family) its sealed arrays: named in the metadata and
+        their ids deleted from the family in one synced write, so that every reader finds each id in one place
+        or the other. Killed before the write, the files are unnamed (removed at the next open) and the family
+        whole; after it, the arrays hold those ids."""
+        if not names:
+            return
+        opened = arrays_files.open_files(self.path, names)
+        batch = WriteBatch(raw_mode=True)
+        for prefix in opened:
+            lower, upper = arrays_files.prefix_range(prefix)
+            batch.delete_range(lower, upper, generation.handle)
+        named = self._arrays_names()
+        named[generation.name] = names
+        self._write_arrays_names(named, batch)
+        generation.arrays = opened
+        generation.overrides = False
+
+    def _forget_arrays(self, generations: Sequence[Generation], batch: WriteBatch | None = None) -> None:
+        """Unname the sealed arrays of generations whose families are dropped (in ``batch`` if given, which this
+        writes), then remove their files."""
+        files = [name for g in generations for name in self._arrays_names().get(g.name, [])]
+        if not files and batch is None:
+            return
+        named = self._arrays_names()
+        for generation in generations:
+            named.pop(generation.name, None)
+            generation.arrays = {}
+        self._write_arrays_names(named, batch)
+        arrays_files.remove(self.path, files)
+
+    def _void_conversion(self) -> None:
+        """Ids change in sealed generations: arrays being written may lack the change, and are written again."""
+        if self._conversion is not None:
+            self._conversion.void = True
+
     def wait_for_seals(self, timeout_s: float | None = None) -> bool:
-        """Wait until no generation is being sealed and the id filter saved at the last seal is durable; False
-        if ``timeout_s`` ran out first."""
+        """Wait until no generation is being sealed (its sealed arrays written and taken in, its family
+        compacted) and the id filter saved at the last seal is durable; False if ``timeout_s`` ran out first."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+        def left() -> float:
+            return _FOREVER if deadline is None else max(0.0, deadline - time.monotonic())
+
+        self._next_conversion()
+        while self._conversion is not None:
+            if not self._take_conversion(wait_s=left()) and self._conversion is not None and left() == 0.0:
+                return False
         for name, thread in list(self._sealing.items()):
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -1269,16 +1524,25 @@ class DedupStore:
         return self._filters.wait_for_save(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def generation_bytes(self) -> list[tuple[int, int, int]]:
-        """``(first, end, SST bytes)`` of each generation, oldest first (what ``max_bytes`` aging weighs)."""
+        """``(first, end, bytes)`` of each generation, oldest first: its SST files' and its sealed arrays' (what
+        ``max_bytes`` aging weighs)."""
         next_seq = self._state.next_seq
         return [
             (
                 g.first_seq,
                 self._generations.end_of(g, next_seq),
-                g.family.property_int_value("rocksdb.total-sst-files-size") or 0,
+                (g.family.property_int_value("rocksdb.total-sst-files-size") or 0) + arrays_files.bytes_of(g.arrays),
             )
             for g in self._generations
         ]
+
+    def arrays_files(self) -> list[tuple[str, Path, int]]:
+        """``(family, file, ids)`` of each generation's sealed arrays, oldest generation first."""
+        return [(g.name, a.path, len(a)) for g in self._generations for _, a in sorted(g.arrays.items())]
+
+    def arrays_bytes(self) -> int:
+        """Bytes of every generation's sealed arrays (their files' sizes)."""
+        return sum(arrays_files.bytes_of(g.arrays) for g in self._generations)
 
     def drop_generations_below(self, cut: int) -> tuple[int, int]:
         """Drop the generations whose every number is below ``cut`` (never one being sealed: the next step
@@ -1290,24 +1554,42 @@ class DedupStore:
             if self._generations.end_of(generation, next_seq) > cut:
                 break
             thread = self._sealing.get(generation.name)
-            if thread is not None and thread.is_alive():
+            if (thread is not None and thread.is_alive()) or (
+                self._conversion is not None and self._conversion.generation is generation
+            ):
                 break
             self._sealing.pop(generation.name, None)
             freed += generation.family.property_int_value("rocksdb.total-sst-files-size") or 0
+            freed += arrays_files.bytes_of(generation.arrays)
             self._generations.remove(generation)
             self._drop_family(generation)
+            self._forget_arrays([generation])
             dropped += 1
         return dropped, freed
 
     def generation_items(self, name: str) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of a generation's ids in key order, without filling the block cache (for this
         package's ``store.merge_writer``)."""
-        return self._generation_named(name).family.items(from_key=IDS_LOWER, read_opt=_id_scan_reads())
+        return self._items_of(self._generation_named(name), IDS_LOWER, _id_scan_reads())
+
+    @staticmethod
+    def _items_of(generation: Generation, from_key: bytes, read: ReadOptions) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, value)`` of a generation's ids in key order from ``from_key`` on: its family's, and its sealed
+        arrays' where it has them."""
+        family_items = generation.family.items(from_key=from_key, read_opt=read)
+        if not generation.arrays:
+            return family_items
+        return arrays_files.items_in_order(generation.arrays, family_items, from_key)
 
     # -- merging generations (store.generation_merge) ------------------------------------------------
 
     def _merge_step(self) -> None:
-        """Start merging the generations that the groups of the filter's stretch span, or take in a merge done."""
+        """Start merging the generations that the groups of the filter's stretch span, or take in a merge done
+        (and sealed arrays written meanwhile)."""
+        if self._conversion is not None:
+            self._take_conversion()
+        elif self._to_convert:
+            self._next_conversion()
         if self._filters.growing:
             return  # its child reads every generation: none is dropped, nor a merge started, until it is done
         merge = self._merge
@@ -1373,6 +1655,9 @@ class DedupStore:
             raise
         generation.family.set_options(SEALED_GENERATION_OPTIONS)
         _leave_block_cache_alone(generation)
+        self._to_convert = [g for g in self._to_convert if all(g is not source for source in sources)]
+        if self._conversion is not None and any(self._conversion.generation is source for source in sources):
+            self._take_conversion(wait_s=_FOREVER)  # taken in, to be dropped with its source
         committed = WriteOptions()
         committed.sync = True  # durable before any source is dropped
         batch = WriteBatch(raw_mode=True)
@@ -1386,7 +1671,9 @@ class DedupStore:
             self._drop_family(source)
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_MERGED, self._meta_handle)
-        self._db.write(batch)
+        self._forget_arrays(sources, batch)
+        if self._converts:
+            self._to_convert.append(generation)
         log.info(
             "%s[%d]: merged %d generations into %s (%d ids)",
             self.identity.topic, self.identity.partition, len(sources), name, run.ids,
@@ -1491,15 +1778,34 @@ class DedupStore:
         removed: list[int] = []
         for key, seq in zip(keys, self.live_seqs(keys), strict=True):
             if seq is not None:
-                batch.delete(key, self._generations.holding(seq).handle)
+                self._erase(self._generations.holding(seq), key, batch)
                 removed.append(seq)
         if removed:
             self._void_merge()  # its files could hold the ids removed below
+            self._void_conversion()  # so could sealed arrays being written
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
             if self._seq_view is not None:
                 self._seq_view.remove(removed)
         return len(removed)
+
+    @staticmethod
+    def _erase(generation: Generation, key: bytes, batch: WriteBatch) -> None:
+        """Remove ``key`` from ``generation`` in ``batch``: deleted from its family, or, where its sealed arrays
+        may hold it, marked forgotten there (an empty value, which every read takes for absent)."""
+        if arrays_files.prefix_of(key) in generation.arrays:
+            batch.put(key, b"", generation.handle)
+            generation.overrides = True
+        else:
+            batch.delete(key, generation.handle)
+
+    def erase_keys(self, keys: list[bytes]) -> None:
+        """Remove encoded ids from every generation and change nothing else (``store.testing``'s lost file)."""
+        batch = WriteBatch(raw_mode=True)
+        for generation in self._generations:
+            for key in keys:
+                self._erase(generation, key, batch)
+        self._db.write(batch)
 
     def _drop_digests(self, seqs: list[int], batch: WriteBatch) -> None:
         """Rewrite the ``times`` values of the batches holding ``seqs`` (sorted) without their digests: those
@@ -1530,6 +1836,9 @@ class DedupStore:
             checkpoint.create_checkpoint(str(target))
         finally:
             del checkpoint  # it references the DB: the store could not close while it lives
+        for generation in self._generations:  # the files its metadata names: nothing changes them meanwhile
+            for arrays in generation.arrays.values():
+                _link_or_copy(arrays.path, Path(target) / arrays.path.name)
 
     def flush(self) -> None:
         """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""
@@ -1543,6 +1852,7 @@ class DedupStore:
         try:
             if self.writable:
                 self._end_merge()
+                self._to_convert.clear()  # the next open writes them: a stop waits for one conversion at most
                 self.wait_for_seals()
                 self._filters.save_at_close()
             self._filters.close()

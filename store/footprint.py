@@ -91,8 +91,13 @@ def ids_files(store: DedupStore) -> list[SstFile]:
 
 
 def sst_bytes(store: DedupStore) -> int:
-    """Bytes of every live SST file: the store's data, what ``max_bytes`` bounds."""
+    """Bytes of every live SST file."""
     return sum(entry["size"] for entry in store.db.live_files())
+
+
+def data_bytes(store: DedupStore) -> int:
+    """Bytes of the store's data, what ``max_bytes`` bounds: its SST files and its generations' sealed arrays."""
+    return sst_bytes(store) + store.arrays_bytes()
 
 
 def dir_bytes(path: Path) -> int:

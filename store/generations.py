@@ -1,11 +1,13 @@
 """The ``ids`` generations of a store: one column family per stretch of sequence numbers.
 
 A generation holds the ids recorded under its stretch, keyed by id. While it is the newest it takes the
-writes; once a newer one starts it is sealed: compacted into one sorted run on the last level, which has no
-bloom filter (``store.options``), so its memory is its index alone. A lookup the id filter routes (by the
-group it holds for the id, ``store.id_filter``) asks the one or two generations of that group's stretch:
-an index search and one data block, whatever the store holds. Aging drops a generation whole once the cut
-has passed its last number.
+writes; once a newer one starts it is sealed: in a worker's store its ``ajs-`` and UUID ids move to sealed
+arrays beside the database (``store.generation_arrays``), searched by interpolation in a few reads of
+memory; the rest of its family (ids of other kinds) is compacted into one sorted run on the last level, which
+has no bloom filter (``store.options``), so its memory is its index alone. A lookup the id filter routes (by
+the group it holds for the id, ``store.id_filter``) asks the one or two generations of that group's stretch,
+whatever the store holds. Aging drops a generation whole, with its sealed arrays, once the cut has passed its
+last number.
 
 A family is named by its first sequence number (``ids.`` + 20 digits); it ends where the next begins. A
 generation made by merging others (``merge_runs``) takes the first number of the oldest and a merge number
@@ -20,7 +22,7 @@ import bisect
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rocksdict import Rdict
@@ -93,6 +95,10 @@ class Generation:
     name: str
     family: Rdict
     handle: Any  # rocksdict's ColumnFamily handle (the binding exports no type for it)
+    # its sealed arrays by key prefix (``store.generation_arrays``): those ids are there, not in the family
+    arrays: dict[bytes, Any] = field(default_factory=dict)
+    # whether the family may hold keys of those prefixes too (ids put back or forgotten since): asked first
+    overrides: bool = True
 
 
 @dataclass(frozen=True)

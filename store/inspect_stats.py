@@ -67,6 +67,16 @@ class BloomStats:
 
 
 @dataclass(frozen=True)
+class ArraysStats:
+    """The sealed arrays of the store's sealed generations (``store.generation_arrays``): their ids are not in
+    the ``ids`` families' keys and bytes."""
+
+    files: int
+    ids: int
+    bytes: int
+
+
+@dataclass(frozen=True)
 class StoreStats:
     topic: str
     partition: int
@@ -75,6 +85,7 @@ class StoreStats:
     families: list[FamilyStats]
     bloom: BloomStats | None
     dumped_at: str | None  # when the writer last dumped its statistics (None: no dump in the LOG)
+    arrays: ArraysStats = ArraysStats(0, 0, 0)
 
 
 def _number(text: str | None) -> float | None:
@@ -214,4 +225,9 @@ def store_stats(ref: StoreRef) -> StoreStats:
             families=families,
             bloom=_bloom(dump),
             dumped_at=dump.time if dump is not None else None,
+            arrays=ArraysStats(
+                files=len(store.arrays_files()),
+                ids=sum(ids for *_, ids in store.arrays_files()),
+                bytes=store.arrays_bytes(),
+            ),
         )

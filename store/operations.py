@@ -21,7 +21,7 @@ from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_generations
 from store.codec import CF_IDS, CF_META, CF_TIMES, AcceptedGap, decode_id, decode_marker, decode_seq, is_marker
 from store.dedup_store import DedupStore
 from store.errors import ConfigError, StoreLockedError
-from store.footprint import SstFile, dir_bytes, ids_files, sst_bytes, sst_files
+from store.footprint import SstFile, data_bytes, dir_bytes, sst_files
 from store.selection import StoreRef
 from store.window import WindowInfo, oldest_live, window_info
 
@@ -81,7 +81,7 @@ class _Before:
     """A store's figures before aging, as an outcome reports them."""
 
     plan: AgingPlan
-    sst_bytes: int
+    data_bytes: int
     window_seconds: float | None
     info: WindowInfo
     now_ms: int
@@ -91,7 +91,7 @@ def _before(store: DedupStore, ref: StoreRef, policy: AgingPolicy) -> _Before:
     now_ms = clock.now_ms()
     oldest = oldest_live(store)
     window = None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0)
-    return _Before(plan_aging(store, policy), sst_bytes(store), window, window_info(store, ref, now_ms), now_ms)
+    return _Before(plan_aging(store, policy), data_bytes(store), window, window_info(store, ref, now_ms), now_ms)
 
 
 def _outcome(
@@ -114,7 +114,7 @@ def _outcome(
         ids_aged=aged,
         live_ids_after=before.plan.live_ids - aged,
         first_live_seq_after=cut,
-        bytes_before=before.sst_bytes,
+        bytes_before=before.data_bytes,
         bytes_freed=freed,
         window_seconds_before=before.window_seconds,
         window_seconds_after=window,
@@ -127,7 +127,7 @@ def _plan_only(ref: StoreRef, policy: AgingPolicy) -> AgeOutcome:
     with DedupStore.open_secondary(ref.path) as store:
         before = _before(store, ref, policy)
         cut = before.plan.target_cut
-        freed = sum(file.size for file in ids_files(store) if file.seq_range is not None and file.seq_range[1] < cut)
+        freed = sum(size for _, end, size in store.generation_bytes() if end <= cut)
         window = _window_at(store, cut, before.now_ms)
         return _outcome(
             ref, policy, before, dry_run=True, aged=before.plan.ids_to_age, cut=cut, freed=freed, window=window

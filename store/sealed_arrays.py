@@ -1,10 +1,8 @@
 """A sealed generation's fixed-width ids as sorted arrays in one memory-mapped file, searched by interpolation.
 
-The layout a sealed generation's ``ajs-`` and UUID ids can take outside RocksDB: a duplicate's lookup in it
-costs a few reads of memory instead of an index search and a block decompressed (figures and the command
-that measures them inside the store's lookups: docs/benchmarks.md, "Where a duplicate's time goes"). The
-store's generations do not use it yet: ``benchmarks/bench_duplicate_cost.py --sealed-as-arrays`` and
-``benchmarks/bench_sealed_formats.py`` read it.
+The layout a sealed generation's ``ajs-`` and UUID ids take outside RocksDB (``store.generation_arrays``
+names and writes a generation's files): a duplicate's lookup in it costs a few reads of memory instead of an
+index search and a block decompressed (figures and the commands that measure them: docs/benchmarks.md).
 
 One file holds the ids of one key prefix (``store.codec``: ``0xA0 0x10`` for ``ajs-``, ``0x02`` for a UUID),
 each as the 16 bytes after it:
@@ -183,16 +181,33 @@ class SealedArrays:
         held = (at < count) & (found_high == high) & (self.low.take(row) == low)
         return np.where(held, self.seqs.take(row).astype(np.int64) + self.first_seq, -1)
 
-    def items(self, chunk: int = 65_536) -> Iterator[tuple[list[bytes], list[int]]]:
-        """``(keys, seqs)`` of every id in key order, ``chunk`` at a time: each key with its prefix, as
-        ``store.codec`` packs it."""
-        for start in range(0, len(self), chunk):
-            stop = start + chunk
-            bodies = np.empty((min(stop, len(self)) - start, 2), dtype=">u8")
-            bodies[:, 0], bodies[:, 1] = self.high[start:stop], self.low[start:stop]
+    def position(self, key: bytes) -> int:
+        """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
+        if key[: len(self.prefix)] != self.prefix:
+            return 0 if key < self.prefix else len(self)
+        body = key[len(self.prefix) :].ljust(ID_BYTES, b"\x00")[:ID_BYTES]
+        high, low = (int(half[0]) for half in halves_of(body))
+        at = int(np.searchsorted(self.high, np.uint64(high), side="left"))
+        while at < len(self) and int(self.high[at]) == high and int(self.low[at]) < low:
+            at += 1  # ids sharing a first half: a few at most
+        longer = len(key) > len(self.prefix) + ID_BYTES
+        if longer and at < len(self) and self._body(at) == key[len(self.prefix) :][:ID_BYTES]:
+            at += 1  # a key longer than an id, past the one it starts with
+        return at
+
+    def _body(self, row: int) -> bytes:
+        return int(self.high[row]).to_bytes(8, "big") + int(self.low[row]).to_bytes(8, "big")
+
+    def items(self, chunk: int = 65_536, start: int = 0) -> Iterator[tuple[list[bytes], list[int]]]:
+        """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
+        its prefix, as ``store.codec`` packs it."""
+        for begin in range(start, len(self), chunk):
+            stop = begin + chunk
+            bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")
+            bodies[:, 0], bodies[:, 1] = self.high[begin:stop], self.low[begin:stop]
             packed = bodies.tobytes()
             keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
-            yield keys, (self.seqs[start:stop].astype(np.int64) + self.first_seq).tolist()
+            yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
 
 
 def _first_not_below(

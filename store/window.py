@@ -28,6 +28,7 @@ class WindowInfo:
     path: Path
     live_ids: int
     sst_bytes: int
+    arrays_bytes: int  # the sealed arrays of the generations (store.generation_arrays)
     disk_bytes: int
     oldest_seq: int | None
     oldest_ts_ms: int | None
@@ -50,14 +51,15 @@ class WindowInfo:
         return self.live_ids * HOUR_MS / (self.newest_ts_ms - self.oldest_ts_ms)
 
     def window_at_bound(self, policy: AgingPolicy) -> float | None:
-        """Seconds of ids the store would hold once full at ``policy``, at its present ids per hour and SST bytes
-        per id: what a bound gives, larger or smaller than the present one."""
+        """Seconds of ids the store would hold once full at ``policy``, at its present ids per hour and bytes of
+        data (SST files and sealed arrays) per id: what a bound gives, larger or smaller than the present one."""
         rate = self.ids_per_hour
         if rate is None or not policy.bounded:
             return None
         bounds = [] if policy.max_keys is None else [float(policy.max_keys)]
-        if policy.max_bytes is not None and self.sst_bytes:
-            bounds.append(policy.max_bytes * self.live_ids / self.sst_bytes)
+        data = self.sst_bytes + self.arrays_bytes
+        if policy.max_bytes is not None and data:
+            bounds.append(policy.max_bytes * self.live_ids / data)
         return min(bounds) / rate * 3600 if bounds else None
 
     def below(self, floor_seconds: float) -> bool:
@@ -95,6 +97,7 @@ def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | No
         path=store.path,
         live_ids=state.live_ids,
         sst_bytes=sst_bytes(store),
+        arrays_bytes=store.arrays_bytes(),
         disk_bytes=dir_bytes(store.path),
         oldest_seq=oldest[0] if oldest else None,
         oldest_ts_ms=oldest[1] if oldest else None,

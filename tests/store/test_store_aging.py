@@ -10,7 +10,7 @@ import pytest
 from dedupectl.errors import ConfigError
 from store.aging import AgingPolicy, advance_cut, age_fully, age_step, plan_aging
 from store.dedup_store import DedupStore
-from store.footprint import ids_files, sst_bytes
+from store.footprint import data_bytes, ids_files
 
 BASE_MS = 1_700_000_000_000
 
@@ -93,15 +93,15 @@ def test_aging_drops_whole_generations_and_writes_no_tombstones(four_generations
     store, stretch = four_generations
     assert store.wait_for_seals(30)
     assert _ranges(store) == [(n, n + stretch) for n in range(0, 4 * stretch, stretch)]
-    before = sst_bytes(store)
-    oldest = sum(file.size for file in ids_files(store) if file.seq_range == (0, stretch - 1))
+    before = data_bytes(store)
+    (oldest,) = [size for first, end, size in store.generation_bytes() if (first, end) == (0, stretch)]
 
     cut = stretch + stretch // 2  # inside the second generation
     result = age_step(store, AgingPolicy(max_keys=4 * stretch - cut))
     assert (result.first_live_seq, result.generations_dropped) == (cut, 1)
     assert _ranges(store) == [(n, n + stretch) for n in range(stretch, 4 * stretch, stretch)]
     assert all(file.deletions == 0 for file in ids_files(store))
-    assert sst_bytes(store) < before - oldest * 0.9
+    assert data_bytes(store) < before - oldest * 0.9
     assert store.contains_many([_id(cut - 1), _id(cut)]) == [False, True]
 
 
@@ -110,11 +110,11 @@ def test_max_bytes_ages_until_the_generations_fit(four_generations):
     store.flush()
     assert store.wait_for_seals(30)
     sizes = [size for _, _, size in store.generation_bytes()]
-    limit = sst_bytes(store) - sizes[0] - sizes[1] + 1  # the two oldest generations must go, not a third
+    limit = data_bytes(store) - sizes[0] - sizes[1] + 1  # the two oldest generations must go, not a third
     plan = plan_aging(store, AgingPolicy(max_bytes=limit))
     assert plan.reason == "max_bytes" and plan.target_cut == 2 * stretch
     result = age_fully(store, AgingPolicy(max_bytes=limit))
-    assert sst_bytes(store) <= limit
+    assert data_bytes(store) <= limit
     assert result.first_live_seq == plan.target_cut
     assert store.contains_many([_id(plan.target_cut - 1), _id(plan.target_cut)]) == [False, True]
 

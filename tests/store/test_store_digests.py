@@ -82,6 +82,6 @@ def test_an_older_schema_opens_and_is_marked_current_when_written(tmp_path, old)
 def test_a_newer_schema_is_refused_with_what_to_do(tmp_path):
     path = tmp_path / "in-0"
     DedupStore.open(path, topic="in", partition=0).close()
-    _set_schema(path, 6)
-    with pytest.raises(StoreVersionError, match="schema version 6; this dedupectl reads versions 2, 3, 4, 5"):
+    _set_schema(path, 7)
+    with pytest.raises(StoreVersionError, match="schema version 7; this dedupectl reads versions 2, 3, 4, 5, 6"):
         DedupStore.open_existing(path)

@@ -80,16 +80,16 @@ def test_inspection_commands_follow_a_live_writer_without_blocking_it(live_store
     (stats,) = _run_json("stats", *d)
     families = {family["family"]: family for family in stats["families"]}
     assert set(families) == {"ids", "times", "meta"}
-    assert any(level["files"] >= 1 for level in families["ids"]["levels"] if level["level"] != "Sum")
+    in_files = any(level["files"] >= 1 for level in families["ids"]["levels"] if level["level"] != "Sum")
+    assert in_files or stats["arrays"]["ids"] > 0  # the newest generation flushed, or sealed ones in their arrays
     assert stats["dumped_at"] is not None  # the writer's LOG dump (I/O columns, bloom counters)
     assert stats["bloom"]["useful"] > 0  # the writer's lookups of new ids: filters saved reads
 
-    ssts = _run_json("sst", *d, "-f", "ids")
-    assert ssts and all(row["family"] == "ids" and row["deletions"] == 0 for row in ssts)  # aging: no tombstones
-    assert all(row["smallest"].startswith("ajs-") for row in ssts)
+    ssts = _run_json("sst", *d, "-f", "ids")  # the newest generation's, once flushed: the others are in arrays
+    assert all(row["family"] == "ids" and row["smallest"].startswith("ajs-") for row in ssts)
     ranges = sorted({(row["first_seq"], row["last_seq"]) for row in ssts})
     assert all(a[1] < b[0] for a, b in pairwise(ranges))  # generations hold disjoint runs
-    assert ranges[0][0] > 0  # the oldest generation was dropped by aging
+    assert all(first > 0 for first, _ in ranges)  # the oldest generation was dropped by aging
 
     jobs = _run_json("compactions", *d, "-n", "50")
     kinds = {job["kind"] for job in jobs}

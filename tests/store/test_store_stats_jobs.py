@@ -29,7 +29,7 @@ def three_files(tmp_path: Path, short_generations) -> tuple[Path, list[int]]:
     window = short_generations(10_000)
     with DedupStore.open(data_dir / "events-0", topic="events", partition=0, window_ids=window) as store:
         for first in range(0, 30_000, 10_000):
-            store.record([f"ajs-{n:032x}".encode() for n in range(first, first + 10_000)], [1] * 10_000)
+            store.record([f"order-{n:08d}".encode() for n in range(first, first + 10_000)], [1] * 10_000)
             store.flush()
         advance_cut(store, 10_000)
         assert store.wait_for_seals(30)

@@ -258,6 +258,12 @@ def _print_stats(stats: StoreStats) -> None:
             for family in stats.families
         ],
     )
+    arrays = stats.arrays
+    if arrays.files:
+        console.print(
+            f"sealed arrays: {arrays.ids:,} ids of sealed generations in {arrays.files} files, "
+            f"{format_size(arrays.bytes)} (not in the ids family's keys and bytes above)"
+        )
     if bloom is not None and bloom.checked:
         console.print(
             f"bloom filters: {bloom.useful_ratio:.1%} of {bloom.checked:,} file probes skipped a read; "

@@ -1,0 +1,277 @@
+"""Sealed generations in sealed arrays: a worker's store writes each sealed generation's ``ajs-`` and UUID ids to
+files of sorted arrays, names them in its metadata and removes those ids from the family in one write. Every
+read answers as before, across restarts, secondary instances, aging, ids forgotten or put back, checkpoints,
+stores of an earlier schema, and a kill at any step of a seal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mixed_ids import distinct_mixed_ids
+
+from store import generation_arrays
+from store.aging import AgingPolicy, age_step
+from store.codec import CF_META, META_ARRAYS, META_IDENTITY, encode_ids
+from store.dedup_store import DedupStore
+from store.errors import StoreCorruptError
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+SEED = 11
+
+
+def _fill(store: DedupStore, ids: list[bytes], start: int = 0, batch: int = 500) -> None:
+    for at in range(start, len(ids), batch):
+        chunk = ids[at : at + batch]
+        assert not any(store.contains_many(chunk))
+        store.record(chunk, [1_000 + n for n in range(at, at + len(chunk))], output_offsets=range(at, at + len(chunk)))
+
+
+def _fixed_width(message_id: bytes) -> bool:
+    return generation_arrays.prefix_of(encode_ids([message_id])[0]) is not None
+
+
+def _check_exact(store: DedupStore, ids: list[bytes], live: range, unseen: list[bytes]) -> None:
+    """Every read of ``store`` finds exactly the ids numbered in ``live``, with their numbers."""
+    expected = [n in live for n in range(len(ids))]
+    assert store.contains_many(ids) == expected
+    assert store.contains_keys_in_db(encode_ids(ids)) == expected
+    assert not any(store.contains_many(unseen))
+    assert store.live_seqs(encode_ids(ids)) == [n if n in live else None for n in range(len(ids))]
+    assert list(store.iter_by_seq()) == [(n, ids[n]) for n in live]
+
+
+def _check_sealed(store: DedupStore) -> None:
+    """Each generation older than the newest keeps only ids of other kinds in its family."""
+    for name, _, _ in store.id_families()[:-1]:
+        assert all(generation_arrays.prefix_of(key) is None for key, _ in store.family(name).items())
+
+
+@pytest.fixture
+def window(short_generations):
+    return short_generations(2_000)
+
+
+def test_sealed_generations_hold_their_fixed_width_ids_in_arrays_and_answer_exactly(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(2_000, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        families = store.id_families()
+        sealed_below = families[-1][1]
+        assert {family for family, _, _ in store.arrays_files()} == {name for name, _, _ in families[:-1]}
+        assert sum(count for *_, count in store.arrays_files()) == sum(map(_fixed_width, ids[:sealed_below]))
+        _check_sealed(store)
+        assert store.identity.schema_version == 6
+        _check_exact(store, ids, range(len(ids)), unseen)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _check_exact(store, ids, range(len(ids)), unseen)
+    with DedupStore.open_secondary(path) as reader:
+        _check_exact(reader, ids, range(len(ids)), unseen)
+
+
+def test_a_secondary_instance_follows_a_seal_into_arrays(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(6_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids[:1_000])
+        with DedupStore.open_secondary(path) as reader:
+            _fill(store, ids, start=1_000)
+            assert store.wait_for_seals(60)
+            store.flush()
+            reader.refresh()
+            _check_exact(reader, ids, range(len(ids)), unseen)
+
+
+def test_aging_drops_a_generation_with_its_arrays(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        before = {file for _, file, _ in store.arrays_files()}
+        cut = age_step(store, AgingPolicy(max_keys=4_500)).first_live_seq
+        assert cut == 4_500
+        after = {file for _, file, _ in store.arrays_files()}
+        assert after < before and all(file.exists() for file in after)
+        assert not any(file.exists() for file in before - after)
+        _check_exact(store, ids, range(cut, len(ids)), unseen)
+    with DedupStore.open_secondary(path) as reader:
+        _check_exact(reader, ids, range(cut, len(ids)), unseen)
+
+
+def test_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(8_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    chosen = [n for n in range(0, 4_000, 7) if _fixed_width(ids[n])]
+    kept = [n for n in range(len(ids)) if n not in set(chosen)]
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        assert store.forget_many([ids[n] for n in chosen]) == len(chosen)
+        assert store.contains_many([ids[n] for n in chosen]) == [False] * len(chosen)
+        assert list(store.iter_by_seq()) == [(n, ids[n]) for n in kept]
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        assert not any(store.contains_many([ids[n] for n in chosen]))
+        assert store.contains_many([ids[n] for n in kept]) == [True] * len(kept)
+        assert store.place([ids[n] for n in chosen], chosen) == chosen  # offset n holds id n
+        _check_exact(store, ids, range(len(ids)), unseen)
+    with DedupStore.open_secondary(path) as reader:
+        _check_exact(reader, ids, range(len(ids)), unseen)
+
+
+def test_a_checkpoint_holds_the_arrays_and_a_missing_one_is_refused(tmp_path, window):
+    path, target = tmp_path / "events-0", tmp_path / "checkpoint"
+    ids, unseen = distinct_mixed_ids(6_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        store.checkpoint(target)
+        names = sorted(file.name for _, file, _ in store.arrays_files())
+    assert names and sorted(child.name for child in target.glob("*.arrays")) == names
+    with DedupStore.open_existing(target) as copy:
+        _check_exact(copy, ids, range(len(ids)), unseen)
+    (target / names[0]).unlink()
+    with pytest.raises(StoreCorruptError, match=f"lacks its sealed arrays file {names[0]}") as refused:
+        DedupStore.open_existing(target)
+    assert "restore the store from a snapshot" in refused.value.hint
+
+
+def test_files_the_metadata_does_not_name_are_removed_at_open(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids = distinct_mixed_ids(6_000, SEED)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        named = {file.name for _, file, _ in store.arrays_files()}
+    strays = [path / "ids.00000000000000999999.a010.arrays", path / ".ids.00000000000000999999.02.arrays.partial"]
+    for stray in strays:
+        stray.write_bytes(b"left by a crash")
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        assert not any(stray.exists() for stray in strays)
+        assert {child.name for child in path.glob("*.arrays")} == named
+        assert all(store.contains_many(ids))
+
+
+def test_a_store_of_runs_is_moved_to_arrays_by_its_worker(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        store._converts = False  # its generations sealed into runs only, as schema 5 left them
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        assert not store.arrays_files() and len(store.id_families()) > 2
+        _check_exact(store, ids, range(len(ids)), unseen)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _check_exact(store, ids, range(len(ids)), unseen)  # while they are written
+        assert store.wait_for_seals(60)
+        assert store.arrays_files()
+        _check_sealed(store)
+        _check_exact(store, ids, range(len(ids)), unseen)
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[4])
+import store.dedup_store as dedup_store, store.generations as gens
+from store import generation_arrays
+from mixed_ids import distinct_mixed_ids
+dedup_store.MIN_FILTER_WINDOW = 1
+gens.MIN_GENERATION_IDS = 1
+path, count, point = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+ids = distinct_mixed_ids(count, int(sys.argv[5]))
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if point == "written":  # a generation's files written and synced, not named in the metadata
+    write = generation_arrays.write_generation
+    def write_generation(*args):
+        names = write(*args)
+        die()
+    generation_arrays.write_generation = write_generation
+elif point == "committed":  # named, and the ids removed from the family, which is not compacted yet
+    compact = dedup_store.DedupStore._compact_sealed
+    def _compact_sealed(self, generation):
+        if generation.arrays:
+            die()
+        compact(self, generation)
+    dedup_store.DedupStore._compact_sealed = _compact_sealed
+
+store = dedup_store.DedupStore.open(path, topic="t", partition=0, window_ids=int(sys.argv[6]))
+for at in range(store.state.next_seq, count, 500):
+    chunk = ids[at : at + 500]
+    store.record(chunk, [1_000 + n for n in range(at, at + len(chunk))])
+    if point:  # each seal seen through: the kill lands at the first
+        store.wait_for_seals(60)
+store.wait_for_seals(60)
+store.close()
+"""
+
+
+def _write(path: Path, count: int, point: str, window: int, kill_after_s: float | None = None) -> int:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(path), str(count), point, str(HERE), str(SEED), str(window)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, errors = process.communicate(timeout=kill_after_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGKILL)
+        _, errors = process.communicate()
+    assert process.returncode in (0, -9), errors
+    return process.returncode
+
+
+def _check_whole(path: Path, count: int, window: int) -> int:
+    """What a reader and the next writer find: every id recorded, with its number, and no other; no file the
+    metadata does not name once the writer opened. Returns the ids recorded."""
+    ids, unseen = distinct_mixed_ids(count, SEED), distinct_mixed_ids(200, SEED + 1)
+    with DedupStore.open_secondary(path) as reader:
+        recorded = reader.state.next_seq
+        _check_exact(reader, ids[:recorded], range(recorded), unseen)
+    with DedupStore.open(path, topic="t", partition=0, window_ids=window) as store:
+        _check_exact(store, ids[:recorded], range(recorded), unseen)
+        named = {file.name for _, file, _ in store.arrays_files()}
+    assert {child.name for child in path.iterdir() if "arrays" in child.name} == named
+    return recorded
+
+
+@pytest.mark.parametrize("point", ["written", "committed"])
+def test_a_writer_killed_at_a_step_of_a_seal_leaves_a_whole_store(tmp_path, window, point):
+    path = tmp_path / "t-0"
+    count = 12_000
+    assert _write(path, count, point, window) == -9
+    assert _check_whole(path, count, window) < count
+    assert _write(path, count, "", window) == 0
+    assert _check_whole(path, count, window) == count
+
+
+def test_a_writer_killed_at_any_time_while_it_seals_leaves_a_whole_store(tmp_path, window):
+    path = tmp_path / "t-0"
+    count = 40_000
+    for kill_after_s in (1.2, 1.9, 2.6, 3.3):
+        _write(path, count, "", window, kill_after_s)
+        _check_whole(path, count, window)
+    _write(path, count, "", window)
+    assert _check_whole(path, count, window) == count
+
+
+def test_metadata_naming_arrays_unreadably_is_refused(tmp_path, window):
+    path = tmp_path / "events-0"
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, distinct_mixed_ids(3_000, SEED))
+        assert store.wait_for_seals(60)
+        store.family(CF_META)[META_ARRAYS] = b"{not json"
+        assert store.family(CF_META)[META_IDENTITY]
+    with pytest.raises(StoreCorruptError, match="names its sealed arrays unreadably"):
+        DedupStore.open_existing(path)
