@@ -1,5 +1,5 @@
 """What a duplicate's lookup in a store's sealed generations costs in RocksDB's sealed runs, against the same
-ids kept as fixed-width sorted arrays: a format the store does not have, measured to see what it would buy.
+ids kept as fixed-width sorted arrays, as the store's sealed arrays keep them.
 
     python benchmarks/bench_sealed_formats.py [--size 100000000] [--generations 15] [--rounds 6]
 
@@ -15,12 +15,10 @@ random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept, and sea
   once: the in-memory fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its
   position, and both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and
   UUIDs); other ids would need another.
-- **interpolated**: the same files searched as ``store/sealed_arrays.py`` searches them, nothing in memory but
-  three numbers a generation. Each id's position is guessed from its first half, and a binary search bounded
-  by the guess's largest errors (found when the files are written) is taken by all of a batch's ids of one
-  generation in step, one numpy gather a step, so that their reads of memory overlap; ids sharing a first
-  half are told apart by their second. Ids spread evenly over the key space (random ids) keep the bound
-  narrow; others widen it, up to a plain binary search.
+- **guided**: the same files searched as ``store/sealed_arrays.py`` searches them: in memory, where each of
+  about count / 32 slices of the key space starts (0.125 bytes per id). An id's slice bounds a binary search
+  taken by all of a batch's ids of one generation in step, one numpy gather a step, so that their reads of
+  memory overlap; ids sharing a first half are told apart by their second.
 
 Then 100,000 of the ids, at random over every generation, are looked up in batches of 5,000; the six sides
 (three formats, two sizes) take turns batch by batch in rotating order, so a slow moment of the shared machine
@@ -68,7 +66,7 @@ from store.sealed_arrays import SealedArrays, halves_of  # noqa: E402
 console = Console(width=None if sys.stdout.isatty() else 160)
 REFERENCE_IDS = 1_000_000
 STRETCH = 128  # ids per fence entry
-FORMATS = ("runs", "fenced", "interpolated")
+FORMATS = ("runs", "fenced", "guided")
 
 
 @dataclass(frozen=True)
@@ -120,7 +118,7 @@ def build(directory: Path, size: int, generations: int) -> Side:
     owners = picker.integers(0, generations, PROBES)
     probes: list[bytes] = [b""] * PROBES
     runs, run_bytes, ids = [], 0, 0
-    arrays: dict[str, list[SortedArrays | SealedArrays]] = {"fenced": [], "interpolated": []}
+    arrays: dict[str, list[SortedArrays | SealedArrays]] = {"fenced": [], "guided": []}
     for number in range(generations):
         keys, seqs = random_ids(size // generations, seed=size * 1000 + number)
         path = directory / f"run-{number}.sst"
@@ -131,9 +129,9 @@ def build(directory: Path, size: int, generations: int) -> Side:
         family.set_read_options(older_generation_reads())
         runs.append(family)
         sealed_arrays.write(directory / f"arrays-{number}", AJS_PREFIX, keys.tobytes(), seqs, 0)
-        interpolated = SealedArrays.open(directory / f"arrays-{number}")
-        arrays["fenced"].append(SortedArrays.of(interpolated.high, interpolated.low, interpolated.seqs))
-        arrays["interpolated"].append(interpolated)
+        guided = SealedArrays.open(directory / f"arrays-{number}")
+        arrays["fenced"].append(SortedArrays.of(guided.high, guided.low, guided.seqs))
+        arrays["guided"].append(guided)
         ids += len(keys)
         mine = np.flatnonzero(owners == number)
         for slot, at in zip(mine.tolist(), picker.choice(len(keys), mine.size, replace=False).tolist(), strict=True):
@@ -142,10 +140,10 @@ def build(directory: Path, size: int, generations: int) -> Side:
     batches = {
         "runs": batches_by_generation(owners, [AJS_PREFIX + probe for probe in probes]),  # as the runs hold them
         "fenced": in_arrays,
-        "interpolated": in_arrays,
+        "guided": in_arrays,
     }
     array_bytes = sum(os.path.getsize(name) for name in directory.glob("arrays-*"))
-    disk = {"runs": run_bytes / ids, "fenced": array_bytes / ids, "interpolated": array_bytes / ids}
+    disk = {"runs": run_bytes / ids, "fenced": array_bytes / ids, "guided": array_bytes / ids}
     return Side(db, runs, arrays, batches, disk)
 
 
@@ -164,7 +162,7 @@ def asker(form: str) -> Callable[[Side, dict[int, list[bytes]]], int]:
 ASK: dict[str, Callable[[Side, dict[int, list[bytes]]], int]] = {
     "runs": ask_runs,
     "fenced": asker("fenced"),
-    "interpolated": asker("interpolated"),
+    "guided": asker("guided"),
 }
 
 

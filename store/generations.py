@@ -2,7 +2,7 @@
 
 A generation holds the ids recorded under its stretch, keyed by id. While it is the newest it takes the
 writes; once a newer one starts it is sealed: in a worker's store its ``ajs-`` and UUID ids move to sealed
-arrays beside the database (``store.generation_arrays``), searched by interpolation in a few reads of
+arrays beside the database (``store.generation_arrays``), searched through a guide in a few reads of
 memory; the rest of its family (ids of other kinds) is compacted into one sorted run on the last level, which
 has no bloom filter (``store.options``), so its memory is its index alone. A lookup the id filter routes (by
 the group it holds for the id, ``store.id_filter``) asks the one or two generations of that group's stretch,

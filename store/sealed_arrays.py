@@ -1,4 +1,4 @@
-"""A sealed generation's fixed-width ids as sorted arrays in one memory-mapped file, searched by interpolation.
+"""A sealed generation's fixed-width ids as sorted arrays in one memory-mapped file, searched through a guide.
 
 The layout a sealed generation's ``ajs-`` and UUID ids take outside RocksDB (``store.generation_arrays``
 names and writes a generation's files): a duplicate's lookup in it costs a few reads of memory instead of an
@@ -7,17 +7,18 @@ index search and a block decompressed (figures and the commands that measure the
 One file holds the ids of one key prefix (``store.codec``: ``0xA0 0x10`` for ``ajs-``, ``0x02`` for a UUID),
 each as the 16 bytes after it:
 
-    header   64 bytes, little-endian: magic | count (u64) | first number (u64) | below (u64) | above (u64) |
-             CRC-32 of the columns (u32) | prefix length (u8) | prefix (up to 19 bytes, zero-padded)
+    header   48 bytes, little-endian: magic | count (u64) | first number (u64) | CRC-32 of the columns (u32) |
+             prefix length (u8) | prefix (up to 19 bytes, zero-padded)
     high     count x u64: each id's first 8 bytes read big-endian, ascending
     low      count x u64: its last 8 bytes, so that (high, low) ascends as the ids' bytes do
     seqs     count x u32: each id's sequence number less the file's first number
 
-Nothing per id is kept in memory. An id's position is guessed from its first half as if ids spread evenly
-over the key space (random ids do); the guess's largest errors below and above, found when the file is written,
-bound a binary search on the first halves that a batch's ids take in step (one numpy gather a step, so their
-reads of memory overlap). Ids sharing a first half are then told apart by their second, so answers are exact
-for any ids; ids spread unevenly only widen the bound, up to a plain binary search.
+A guide is built when a file is first searched: for each of about count / 32 equal slices of the key space
+(by the first bits of an id), where its ids start in the file, as u32 (0.125 bytes per id, in memory). An id's
+slice bounds a binary search on the first halves that a batch's ids take in step (one numpy gather a step, so
+their reads of memory overlap): about 7 steps whatever the file holds, as long as ids spread over the key space
+as random ids do. Ids sharing a first half are then told apart by their second, so answers are exact for any
+ids; ids bunched in a few slices only widen the search, up to a plain binary search.
 
 Written as a file apart, synced, then renamed: after a crash the file is whole or absent.
 """
@@ -30,6 +31,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -38,12 +40,13 @@ from store.errors import StoreCorruptError
 from store.id_filter import commit
 
 ID_BYTES = 16
-MAGIC = b"DDSARR01"
+MAGIC = b"DDSARR02"
 MAX_PREFIX_BYTES = 19
-_HEADER = struct.Struct(f"<8sQQQQIB{MAX_PREFIX_BYTES}s")
+_HEADER = struct.Struct(f"<8sQQIB{MAX_PREFIX_BYTES}s")
 HEADER_BYTES = _HEADER.size
 BYTES_PER_ID = 8 + 8 + 4
 MAX_SEQ_SPAN = 2**32  # numbers a file can hold above its first: they are kept as u32
+IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes of memory per id
 _CRC_CHUNK = 1 << 24
 
 
@@ -51,12 +54,6 @@ def halves_of(bodies: bytes) -> tuple[np.ndarray, np.ndarray]:
     """The first and second big-endian 64-bit halves of 16-byte ids laid end to end, as native integers."""
     halves = np.frombuffer(bodies, dtype=">u8").reshape(-1, 2).astype(np.uint64)
     return halves[:, 0], halves[:, 1]
-
-
-def guess(high: np.ndarray, count: int) -> np.ndarray:
-    """Each first half's position among ``count`` ids spread evenly over the key space: monotone in ``high``,
-    which the search's bounds rely on."""
-    return (high.astype(np.float64) * (count / 2.0**64)).astype(np.int64)
 
 
 def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq: int) -> None:
@@ -78,11 +75,10 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
     if high.size > 1 and np.any((high[1:] == high[:-1]) & (low[1:] == low[:-1])):
         raise ValueError("the same id twice")
     columns = (high, low, (numbers[order] - first_seq).astype(np.uint32))
-    below, above = _bounds(high)
     crc = 0
     for column in columns:
         crc = zlib.crc32(column.data, crc)
-    header = _HEADER.pack(MAGIC, high.size, first_seq, below, above, crc, len(prefix), prefix)
+    header = _HEADER.pack(MAGIC, high.size, first_seq, crc, len(prefix), prefix)
     partial = path.with_name(f".{path.name}.partial")
     try:
         with open(partial, "wb") as handle:
@@ -95,14 +91,6 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
     commit(partial, path)
 
 
-def _bounds(high: np.ndarray) -> tuple[int, int]:
-    """How far below and above its guess an id's first position can be: one past the largest errors."""
-    if not high.size:
-        return 0, 0
-    error = np.arange(high.size, dtype=np.int64) - guess(high, high.size)
-    return int(-error.min()) + 1, int(error.max()) + 1
-
-
 @dataclass(frozen=True)
 class SealedArrays:
     """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it."""
@@ -113,8 +101,6 @@ class SealedArrays:
     high: np.ndarray
     low: np.ndarray
     seqs: np.ndarray
-    below: int
-    above: int
     crc: int
 
     @classmethod
@@ -126,7 +112,7 @@ class SealedArrays:
             head = handle.read(HEADER_BYTES)
             if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
                 raise _corrupt(path, "it does not start with a sealed-arrays header")
-            _, count, first_seq, below, above, crc, prefix_bytes, prefix = _HEADER.unpack(head)
+            _, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
             if prefix_bytes > MAX_PREFIX_BYTES:
                 raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
             expected = HEADER_BYTES + count * BYTES_PER_ID
@@ -138,10 +124,21 @@ class SealedArrays:
         for kind in (np.uint64, np.uint64, np.uint32):
             columns.append(np.frombuffer(mapped, dtype=kind, count=count, offset=start) if count else np.zeros(0, kind))
             start += count * np.dtype(kind).itemsize
-        return cls(path, prefix[:prefix_bytes], first_seq, *columns, below, above, crc)
+        return cls(path, prefix[:prefix_bytes], first_seq, *columns, crc)
 
     def __len__(self) -> int:
         return self.high.size
+
+    @cached_property
+    def _guide(self) -> tuple[np.ndarray, int, int]:
+        """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
+        id name its slice, and the most ids a slice holds."""
+        bits = max(0, int(math.log2(max(len(self), 1) / IDS_PER_SLICE)))
+        bounds = np.arange(2**bits, dtype=np.uint64) << np.uint64(64 - bits) if bits else np.zeros(1, np.uint64)
+        starts = np.empty(2**bits + 1, dtype=np.uint32 if len(self) < 2**32 else np.int64)
+        starts[:-1] = np.searchsorted(self.high, bounds, side="left")
+        starts[-1] = len(self)
+        return starts, bits, int(np.diff(starts.astype(np.int64)).max())
 
     def verify(self) -> None:
         """Read the whole file and check it against the CRC its header carries."""
@@ -160,10 +157,10 @@ class SealedArrays:
         count = len(self)
         if not count or not high.size:
             return np.full(high.size, -1, dtype=np.int64)
-        at_guess = guess(high, count)
-        first = np.maximum(at_guess - self.below, 0)
-        end = np.minimum(at_guess + self.above, count)
-        at = _first_not_below(first, end, self.below + self.above, count - 1, lambda row: self.high.take(row) < high)
+        starts, bits, span = self._guide
+        slices = (high >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(high.size, np.int64)
+        first, end = starts.take(slices).astype(np.int64), starts.take(slices + 1).astype(np.int64)
+        at = _first_not_below(first, end, span, count - 1, lambda row: self.high.take(row) < high)
         row = np.minimum(at, count - 1)
         found_high = self.high.take(row)
         tied = np.flatnonzero((at < count) & (found_high == high) & (self.low.take(row) < low))
