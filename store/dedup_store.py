@@ -1368,7 +1368,7 @@ class DedupStore:
 
     def _seal(self, generation: Generation) -> None:
         """Seal a generation no longer written: a worker's store writes its fixed-width ids to sealed arrays
-        first (``_convert``); then, or else, its family is compacted into its filterless run."""
+        first (``_next_conversion``); then, or else, its family is compacted into its filterless run."""
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
         if self._converts and not generation.arrays:
             self._to_convert.append(generation)  # started once the batch that sealed it is written: _merge_step
@@ -1458,6 +1458,8 @@ class DedupStore:
                 "store %s: could not write the sealed arrays of %s (%s); it stays a run until the next open",
                 self.path, generation.name, conversion.error,
             )  # fmt: skip
+            if generation.family is not None:
+                self._compact_sealed(generation)
         elif conversion.void or generation.family is None:
             arrays_files.remove(self.path, conversion.names or [])
             if generation.family is not None:
@@ -1665,7 +1667,9 @@ class DedupStore:
         self._db.write(batch, committed)
         for source in sources:
             self._generations.remove(source)
-            self._sealing.pop(source.name, None)
+            sealing = self._sealing.pop(source.name, None)
+            if sealing is not None:
+                sealing.join()  # its family is about to be dropped: not while RocksDB compacts it
         self._generations.add(generation)
         for source in sources:
             self._drop_family(source)
