@@ -1,7 +1,7 @@
 """Where a duplicate's lookup spends its time, in a store of ``--size`` ids against a store of 1M ids: which part
-of its cost grows with the store, and what a sealed format of the store's own would make of it.
+of its cost grows with the store.
 
-    python benchmarks/bench_duplicate_cost.py [--size 100000000] [--batch 5000] [--sealed-as-arrays]
+    python benchmarks/bench_duplicate_cost.py [--size 100000000] [--batch 5000]
 
 Both stores are grown as ``bench_scale.py`` grows them (the worker's write path, bounded as a worker with
 ``max_keys`` is: the 1M store at 1M ids, the other at ``--size``), kept open in one process and sharing the
@@ -12,7 +12,7 @@ asks about a duplicate once, and ids asked again round after round find more of 
 caches. They are drawn these ways:
 
 - **all**: at random over every live id, as ``bench_scale.py`` draws its present ids;
-- **sealed**: over the generations older than the newest (sealed runs, read without filling the block cache);
+- **sealed**: over the generations older than the newest (in their sealed arrays, ``store/generation_arrays.py``);
 - **newest**: over the newest generation (written, its blocks kept in the block cache);
 - **a full newest generation's share**: over the sealed generations, but for the share of the ids a full
   newest generation would hold (its stretch over the ids held, about 7%), drawn over the newest;
@@ -20,12 +20,7 @@ caches. They are drawn these ways:
   without asking its generation): the store's own work per duplicate, the id filter and the Python around
   each batch.
 
-With ``--sealed-as-arrays``, each store's sealed generations are also written as sorted arrays
-(``store/sealed_arrays.py``, a layout the store's generations do not use yet), and the draws over all, over the
-sealed generations and with a full newest generation's share are measured again with the sealed generations
-searched there, the newest one still in RocksDB: a prototype of that format inside the store's lookups. Before
-each draw is timed, a batch of it is asked with RocksDB's reads, then as measured: every id must be found, with
-the same number.
+Before each draw is timed, a batch of it is asked as measured: every id must be found, with its number.
 
 Prints µs per duplicate in each store (the median of the rounds' rates), the median of the rounds' ratios of the
 two rates (present lookups are held to 0.8 of the 1M store's rate at 100M ids) and each round's ratio, and what
@@ -46,8 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -63,88 +56,50 @@ from benchmarks.bench_scale import (  # noqa: E402
     quiet,
     turn_rates,
 )
-from benchmarks.bench_store import message_id  # noqa: E402
+from benchmarks.bench_store import MIX, message_id  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
-from store import sealed_arrays  # noqa: E402
-from store.codec import AJS_PREFIX, encode_ids  # noqa: E402
+from store.codec import encode_ids  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.memory import limit_heap_retention  # noqa: E402
 from store.options import shared_memory  # noqa: E402
-from store.sealed_arrays import SealedArrays  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 FOUND = (1).to_bytes(8, "big")
-PACKED_AJS = len(AJS_PREFIX) + 16  # an ``ajs-`` id's key: the prefix and its 16 bytes
 
 
 @dataclass(frozen=True)
 class Row:
     label: str
     draw: str  # all, sealed, newest or full (see drawn)
-    reads: str  # rocksdb, none (the store's own work), arrays (sealed generations in store.sealed_arrays)
+    reads: str  # store (as the store reads them), none (the store's own work)
 
 
 ROWS = (
-    Row("all", "all", "rocksdb"),
-    Row("sealed", "sealed", "rocksdb"),
-    Row("newest", "newest", "rocksdb"),
-    Row("a full newest generation's share", "full", "rocksdb"),
+    Row("all", "all", "store"),
+    Row("sealed", "sealed", "store"),
+    Row("newest", "newest", "store"),
+    Row("a full newest generation's share", "full", "store"),
     Row("own work", "all", "none"),
-)
-ARRAY_ROWS = (
-    Row("all, sealed as arrays", "all", "arrays"),
-    Row("sealed, as arrays", "sealed", "arrays"),
-    Row("a full newest generation's share, sealed as arrays", "full", "arrays"),
 )
 
 
 @contextmanager
-def asked_otherwise(store: DedupStore, arrays: dict[str, SealedArrays] | None) -> Iterator[None]:
-    """``store``'s lookups with its generations asked otherwise than in RocksDB: with ``arrays`` None, every key
-    a generation is asked about is answered as found without reading (the store's own work); else the
-    generations named in ``arrays`` (``store``'s own: another store's generations may bear the same names) are
-    searched there, the others in RocksDB."""
-    rocksdb = store._ask
+def own_work_only(store: DedupStore) -> Iterator[None]:
+    """``store``'s lookups with every key a generation is asked about answered as found without reading: the
+    store's own work."""
 
     def ask(generation, keys, indexes, values, per_call):
-        if arrays is None:
-            for index in indexes:
-                values[index] = FOUND
-            return []
-        searched = arrays.get(generation.name)
-        if searched is None:
-            return rocksdb(generation, keys, indexes, values, per_call)
-        missing = []
-        seqs = searched.seqs_of(b"".join([keys[index][len(AJS_PREFIX) :] for index in indexes])).tolist()
-        for index, seq in zip(indexes, seqs, strict=True):
-            if seq < 0:
-                missing.append(index)
-            else:
-                values[index] = seq.to_bytes(8, "big")
-        return missing
+        for index in indexes:
+            values[index] = FOUND
+        return []
 
     with mock.patch.object(store, "_ask", ask):
         yield
 
 
-def sealed_as_arrays(store: DedupStore, directory: Path) -> dict[str, SealedArrays]:
-    """Each of ``store``'s generations older than the newest, its ids written as sorted arrays
-    (``store/sealed_arrays.py``) under ``directory``; by family name."""
-    directory.mkdir()
-    arrays = {}
-    for name, first, _ in store.id_families()[:-1]:
-        items = list(store.generation_items(name))
-        packed = np.frombuffer(b"".join(key for key, _ in items), dtype=np.uint8)
-        if packed.size != PACKED_AJS * len(items):
-            raise SystemExit(f"generation {name} holds ids other than ajs- ids: the arrays hold those only")
-        bodies = np.ascontiguousarray(packed.reshape(-1, PACKED_AJS)[:, len(AJS_PREFIX) :]).tobytes()
-        seqs = np.fromiter((int.from_bytes(value, "big") for _, value in items), dtype=np.int64, count=len(items))
-        sealed_arrays.write(directory / name, AJS_PREFIX, bodies, seqs, first)
-        opened = SealedArrays.open(directory / name)
-        for column in (opened.high, opened.low, opened.seqs):  # map every page now, as a store opening its files would
-            column.sum()
-        arrays[name] = opened
-    return arrays
+def number_of(message_id: bytes) -> int:
+    """The number ``bench_store.message_id`` made ``message_id`` of."""
+    return int(message_id[4:], 16) * pow(MIX, -1, 1 << 128) % (1 << 128)
 
 
 def newest_first_seq(store: DedupStore) -> int:
@@ -177,7 +132,7 @@ def drawn(store: DedupStore, how: str, rng: random.Random) -> list[bytes]:
 
 def fresh_draws(store: DedupStore, how: str, rng: random.Random) -> Callable[[], list[bytes]]:
     """Ids ``drawn`` anew for each round: a worker asks about a duplicate once, and ids asked again find their
-    memory in the CPU's caches more often (both formats read faster so, the arrays the more)."""
+    memory in the CPU's caches more often."""
     return lambda: drawn(store, how, rng)
 
 
@@ -190,9 +145,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=100_000_000)
     parser.add_argument("--batch", type=int, default=5_000)
-    parser.add_argument(
-        "--sealed-as-arrays", action="store_true", help="also read the sealed generations as sorted arrays"
-    )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     args = parser.parse_args()
     if args.size <= REFERENCE_IDS:
@@ -200,7 +152,7 @@ def main() -> None:
     limit_heap_retention()
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-bench-duplicate-", dir=args.scratch))
     shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)
-    rows = ROWS + (ARRAY_ROWS if args.sealed_as_arrays else ())
+    rows = ROWS
     rates = {}
     try:
         with (
@@ -212,27 +164,20 @@ def main() -> None:
                 task = progress.add_task(f"growing the {name}", total=size)
                 grow(grown, size, args.batch, progress, task)
                 quiet(grown)
-            arrays: dict[str, dict[str, SealedArrays]] = {"store": {}, "reference": {}}
-            if args.sealed_as_arrays:
-                progress.add_task("writing the sealed generations as arrays", total=None)
-                for name, grown in (("store", store), ("reference", reference)):
-                    arrays[name] = sealed_as_arrays(grown, scratch / f"{name}-arrays")
             os.sync()  # else the kernel writes the files back while the first rounds are timed
             rng = random.Random(args.size)
             for seed, row in enumerate(rows):
                 progress.add_task(f"looking up: {row.label}", total=None)
                 asked = {"store": store, "reference": reference}
-                # every id held, and with its own number whatever reads it: RocksDB's answers first
-                checked = {name: drawn(grown, row.draw, rng)[: args.batch] for name, grown in asked.items()}
-                expected = {name: asked[name].live_seqs(encode_ids(ids)) for name, ids in checked.items()}
                 with ExitStack() as reads:
-                    for name, grown in asked.items():
-                        if row.reads != "rocksdb":
-                            reads.enter_context(asked_otherwise(grown, arrays[name] if row.reads == "arrays" else None))
-                    for name, ids in checked.items():
+                    for grown in asked.values():
+                        if row.reads == "none":
+                            reads.enter_context(own_work_only(grown))
+                    for grown in asked.values():  # every id held, with its own number
                         if row.reads != "none":
-                            answers = asked[name].live_seqs(encode_ids(ids))
-                            assert None not in answers and answers == expected[name], f"{row.label}: wrong answers"
+                            ids = drawn(grown, row.draw, rng)[: args.batch]
+                            answers = grown.live_seqs(encode_ids(ids))
+                            assert answers == [number_of(i) for i in ids], f"{row.label}: wrong answers"
                     rates[row.label] = turn_rates(
                         {
                             name: (grown.contains_many, fresh_draws(grown, row.draw, rng))

@@ -138,6 +138,7 @@ class _Conversion:
     generation: Generation
     thread: threading.Thread | None = None
     names: list[str] | None = None
+    seconds: float = 0.0
     error: Exception | None = None
     void: bool = False  # ids were put back or forgotten meanwhile: the files may lack the change
 
@@ -1430,12 +1431,14 @@ class DedupStore:
             conversion = _Conversion(generation)
 
             def run(conversion: _Conversion = conversion, generation: Generation = generation) -> None:
+                started = time.monotonic()
                 try:
                     conversion.names = arrays_files.write_generation(
                         self.path, generation.name, generation.family, generation.first_seq
                     )
                 except Exception as error:  # left as a run: still correct, its lookups only cost more
                     conversion.error = error
+                conversion.seconds = time.monotonic() - started
 
             conversion.thread = threading.Thread(target=run, name=f"arrays-{generation.name}", daemon=True)
             self._conversion = conversion
@@ -1467,6 +1470,11 @@ class DedupStore:
         else:
             self._commit_arrays(generation, conversion.names or [])
             self._compact_sealed(generation)
+            log.info(
+                "%s[%d]: wrote the sealed arrays of %s: %d ids in %.1f s",
+                self.identity.topic, self.identity.partition, generation.name,
+                sum(len(arrays) for arrays in generation.arrays.values()), conversion.seconds,
+            )  # fmt: skip
         self._next_conversion()
         return self._conversion is None
 

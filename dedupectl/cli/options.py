@@ -42,7 +42,7 @@ ValueFormatOption = typer.Option(
 )
 MaxKeysOption = typer.Option(None, "--max-keys", help="Aging: keep at most this many ids per partition.")
 MaxBytesOption = typer.Option(
-    None, "--max-bytes", help="Aging: keep at most this much SST data per partition, e.g. 40GiB or 500MB."
+    None, "--max-bytes", help="Aging: keep at most this much data (SST files, sealed arrays) per partition, e.g. 40GiB."
 )
 
 # -- the data directory: where the partition stores live ---------------------------------------------------
