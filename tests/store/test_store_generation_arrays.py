@@ -5,13 +5,12 @@ stores of an earlier schema, and a kill at any step of a seal."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from killed_writer import run_writer
 from mixed_ids import distinct_mixed_ids
 
 from store import generation_arrays
@@ -20,8 +19,6 @@ from store.codec import CF_META, META_ARRAYS, META_IDENTITY, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 SEED = 11
 
 
@@ -52,6 +49,17 @@ def _check_sealed(store: DedupStore) -> None:
         assert all(generation_arrays.prefix_of(key) is None for key, _ in store.family(name).items())
 
 
+@contextmanager
+def _sealed_store(path: Path, window: int, count: int) -> Iterator[tuple[DedupStore, list[bytes], list[bytes]]]:
+    """A worker's store of ``count`` ids recorded, its sealed generations written to arrays; the ids, and 500
+    it does not hold."""
+    ids, unseen = distinct_mixed_ids(count, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        yield store, ids, unseen
+
+
 @pytest.fixture
 def window(short_generations):
     return short_generations(2_000)
@@ -59,10 +67,7 @@ def window(short_generations):
 
 def test_sealed_generations_hold_their_fixed_width_ids_in_arrays_and_answer_exactly(tmp_path, window):
     path = tmp_path / "events-0"
-    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(2_000, SEED + 1)
-    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
-        _fill(store, ids)
-        assert store.wait_for_seals(60)
+    with _sealed_store(path, window, 9_000) as (store, ids, unseen):
         families = store.id_families()
         sealed_below = families[-1][1]
         assert {family for family, _, _ in store.arrays_files()} == {name for name, _, _ in families[:-1]}
@@ -91,10 +96,7 @@ def test_a_secondary_instance_follows_a_seal_into_arrays(tmp_path, window):
 
 def test_aging_drops_a_generation_with_its_arrays(tmp_path, window):
     path = tmp_path / "events-0"
-    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(500, SEED + 1)
-    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
-        _fill(store, ids)
-        assert store.wait_for_seals(60)
+    with _sealed_store(path, window, 9_000) as (store, ids, unseen):
         before = {file for _, file, _ in store.arrays_files()}
         cut = age_step(store, AgingPolicy(max_keys=4_500)).first_live_seq
         assert cut == 4_500
@@ -128,10 +130,7 @@ def test_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
 
 def test_a_checkpoint_holds_the_arrays_and_a_missing_one_is_refused(tmp_path, window):
     path, target = tmp_path / "events-0", tmp_path / "checkpoint"
-    ids, unseen = distinct_mixed_ids(6_000, SEED), distinct_mixed_ids(500, SEED + 1)
-    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
-        _fill(store, ids)
-        assert store.wait_for_seals(60)
+    with _sealed_store(path, window, 6_000) as (store, ids, unseen):
         store.checkpoint(target)
         names = sorted(file.name for _, file, _ in store.arrays_files())
     assert names and sorted(child.name for child in target.glob("*.arrays")) == names
@@ -176,20 +175,11 @@ def test_a_store_of_runs_is_moved_to_arrays_by_its_worker(tmp_path, window):
         _check_exact(store, ids, range(len(ids)), unseen)
 
 
+# argv[6]: the window the store is opened for
 _KILLED_WRITER = """
-import os, signal, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[4])
-import store.dedup_store as dedup_store, store.generations as gens
 from store import generation_arrays
-from mixed_ids import distinct_mixed_ids
 dedup_store.MIN_FILTER_WINDOW = 1
 gens.MIN_GENERATION_IDS = 1
-path, count, point = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-ids = distinct_mixed_ids(count, int(sys.argv[5]))
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "written":  # a generation's files written and synced, not named in the metadata
     write = generation_arrays.write_generation
@@ -217,19 +207,7 @@ store.close()
 
 
 def _write(path: Path, count: int, point: str, window: int, kill_after_s: float | None = None) -> int:
-    process = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(path), str(count), point, str(HERE), str(SEED), str(window)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _, errors = process.communicate(timeout=kill_after_s)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGKILL)
-        _, errors = process.communicate()
-    assert process.returncode in (0, -9), errors
-    return process.returncode
+    return run_writer(_KILLED_WRITER, path, count, point, SEED, str(window), kill_after_s=kill_after_s)
 
 
 def _check_whole(path: Path, count: int, window: int) -> int:

@@ -5,13 +5,10 @@ that answers the same, whose next writer finishes or drops what the merge left."
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from killed_writer import run_writer
 from mixed_ids import distinct_mixed_ids
 from rocksdict import Rdict
 
@@ -21,8 +18,6 @@ from store.dedup_store import DedupStore
 from store.filter_keeper import FILTER_FILE
 from store.generation_merge import MERGE_DIR
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).parent  # mixed_ids, for the killed writer
 FIRST_WINDOW = 20_000  # ids the first filter is sized for: groups of 1,400 numbers, grown at about 13,000 ids
 
 
@@ -147,18 +142,8 @@ WRITER_SEED = 5  # the ids the killed writer records, and the check expects
 # A writer that grows a store, killed (SIGKILL) by itself at one point of taking a merge in, or by the test
 # at any time: argv[3] names the point, "" for none; argv[5] is the seed of its ids.
 _KILLED_WRITER = """
-import os, signal, sys
-from pathlib import Path
-sys.path.insert(0, sys.argv[4])
-import store.dedup_store as dedup_store, store.generations as gens
-from mixed_ids import distinct_mixed_ids
 dedup_store.MIN_FILTER_WINDOW = 20_000
 gens.MIN_GENERATION_IDS = 1
-path, count, point = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-ids = distinct_mixed_ids(count, int(sys.argv[5]))
-
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
 
 if point == "created":  # the merged family made, its file not ingested
     made = dedup_store.DedupStore._generation
@@ -196,19 +181,7 @@ store.close()
 
 
 def _write(path: Path, count: int, point: str, kill_after_s: float | None = None) -> int:
-    process = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_WRITER, str(path), str(count), point, str(HERE), str(WRITER_SEED)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _, errors = process.communicate(timeout=kill_after_s)
-    except subprocess.TimeoutExpired:
-        process.send_signal(signal.SIGKILL)
-        _, errors = process.communicate()
-    assert process.returncode in (0, -9), errors
-    return process.returncode
+    return run_writer(_KILLED_WRITER, path, count, point, WRITER_SEED, kill_after_s=kill_after_s)
 
 
 def _check_whole(path: Path, count: int) -> int:
