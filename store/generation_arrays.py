@@ -108,8 +108,8 @@ def _prefix_ids(family: Rdict, prefix: bytes) -> tuple[bytes, np.ndarray]:
     keys: list[bytes] = []
     values: list[bytes] = []
     for key, value in family.items(from_key=lower, read_opt=read):
-        if len(key) != len(prefix) + ID_BYTES:
-            continue  # another id of a shorter prefix: not possible with the codec's tags, never taken
+        if len(key) != len(prefix) + ID_BYTES or not value:
+            continue  # the codec gives every key of the prefix this length; an empty value is an id forgotten
         keys.append(key)
         values.append(value)
         if len(keys) >= _READ_CHUNK:
