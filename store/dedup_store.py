@@ -567,7 +567,7 @@ class DedupStore:
         """Forget the metadata's arrays of generations no longer live (dropped before a crash let it say so), and
         remove the files it does not name (a seal a crash cut short, or such a generation's)."""
         live = {g.name for g in self._generations}
-        named = arrays_files.decode_names(self._meta.get(META_ARRAYS))
+        named = self._arrays_names()
         stale = [family for family in named if family not in live]
         if stale:
             self._write_arrays_names({family: files for family, files in named.items() if family in live})
@@ -1499,12 +1499,11 @@ class DedupStore:
     def _forget_arrays(self, generations: Sequence[Generation], batch: WriteBatch | None = None) -> None:
         """Unname the sealed arrays of generations whose families are dropped (in ``batch`` if given, which this
         writes), then remove their files."""
-        files = [name for g in generations for name in self._arrays_names().get(g.name, [])]
+        named = self._arrays_names()
+        files = [name for g in generations for name in named.pop(g.name, [])]
         if not files and batch is None:
             return
-        named = self._arrays_names()
         for generation in generations:
-            named.pop(generation.name, None)
             generation.arrays = {}
         self._write_arrays_names(named, batch)
         arrays_files.remove(self.path, files)
