@@ -10,7 +10,7 @@ random packed ``ajs-`` ids (sequence numbers as 4-byte values) are kept, and sea
   index in memory; ``bench_sealed_run.py``'s options), ingested as a column family each and read as the store
   reads a generation older than its newest: one multi-get per generation of that generation's ids;
 - **fenced**: per generation one file of ``store/sealed_arrays.py``'s layout, memory-mapped: the ids' 16 bytes as
-  two columns of big-endian 64-bit halves, sorted, and the 4-byte sequence numbers in the same order. In memory,
+  sorted pairs of big-endian 64-bit halves, and the 4-byte sequence numbers in the same order. In memory,
   every 128th id's first half (0.06 bytes per id). A batch's ids of one generation are searched with numpy at
   once: the in-memory fence finds each id's stretch of 128, the stretch's first halves (1 KiB, contiguous) its
   position, and both halves there say whether it is held. This format holds the 16-byte ids only (``ajs-`` and

@@ -7,11 +7,15 @@ index search and a block decompressed (figures and the commands that measure the
 One file holds the ids of one key prefix (``store.codec``: ``0xA0 0x10`` for ``ajs-``, ``0x02`` for a UUID),
 each as the 16 bytes after it:
 
-    header   48 bytes, little-endian: magic | count (u64) | first number (u64) | CRC-32 of the columns (u32) |
+    header   48 bytes, little-endian: magic | count (u64) | first number (u64) | CRC-32 of what follows (u32) |
              prefix length (u8) | prefix (up to 19 bytes, zero-padded)
-    high     count x u64: each id's first 8 bytes read big-endian, ascending
-    low      count x u64: its last 8 bytes, so that (high, low) ascends as the ids' bytes do
+    ids      count x 2 u64: each id's first 8 bytes read big-endian, then its last 8, ascending as the ids'
+             bytes do; an id's two halves side by side, so that the search's last step reads both in one line
+             of memory
     seqs     count x u32: each id's sequence number less the file's first number
+
+Files of the layout before (magic ``DDSARR02``) kept all the first halves, then all the second halves; they
+are read as they are.
 
 A guide is built when a file is first searched: for each of about count / 32 equal slices of the key space
 (by the first bits of an id), where its ids start in the file, as u32 (0.125 bytes per id, in memory). An id's
@@ -40,7 +44,8 @@ from store.errors import StoreCorruptError
 from store.id_filter import commit
 
 ID_BYTES = 16
-MAGIC = b"DDSARR02"
+MAGIC = b"DDSARR03"
+COLUMNS_MAGIC = b"DDSARR02"  # the layout before: first halves, then second halves
 MAX_PREFIX_BYTES = 19
 _HEADER = struct.Struct(f"<8sQQIB{MAX_PREFIX_BYTES}s")
 HEADER_BYTES = _HEADER.size
@@ -48,6 +53,8 @@ BYTES_PER_ID = 8 + 8 + 4
 MAX_SEQ_SPAN = 2**32  # numbers a file can hold above its first: they are kept as u32
 IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes of memory per id
 _CRC_CHUNK = 1 << 24
+_GUIDE_CHUNK = 1 << 20
+_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux's: elsewhere pages are mapped as they are touched
 
 
 def halves_of(bodies: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -70,11 +77,14 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
         raise ValueError(f"{high.size} ids and {numbers.size} sequence numbers")
     if numbers.size and (numbers.min() < first_seq or numbers.max() - first_seq >= MAX_SEQ_SPAN):
         raise ValueError(f"sequence numbers {numbers.min()}-{numbers.max()} are not within 2^32 from {first_seq}")
-    order = np.lexsort((low, high))
-    high, low = high[order], low[order]
-    if high.size > 1 and np.any((high[1:] == high[:-1]) & (low[1:] == low[:-1])):
-        raise ValueError("the same id twice")
-    columns = (high, low, (numbers[order] - first_seq).astype(np.uint32))
+    if not _strictly_ascending(high, low):  # a generation's family comes in key order: no sort needed
+        order = np.lexsort((low, high))
+        high, low, numbers = high[order], low[order], numbers[order]
+        if not _strictly_ascending(high, low):
+            raise ValueError("the same id twice")
+    pairs = np.empty((high.size, 2), dtype=np.uint64)
+    pairs[:, 0], pairs[:, 1] = high, low
+    columns = (pairs, (numbers - first_seq).astype(np.uint32))
     crc = 0
     for column in columns:
         crc = zlib.crc32(column.data, crc)
@@ -93,57 +103,101 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
 
 @dataclass(frozen=True)
 class SealedArrays:
-    """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it."""
+    """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it.
+
+    ``halves`` holds every id's two halves, as u64: an id's first half is at ``row * stride``, its second at
+    ``row * stride + low_offset`` (side by side in this layout, a column apart in the one before)."""
 
     path: Path
     prefix: bytes
     first_seq: int
-    high: np.ndarray
-    low: np.ndarray
+    halves: np.ndarray
+    stride: int
+    low_offset: int
     seqs: np.ndarray
     crc: int
 
     @classmethod
-    def open(cls, path: Path) -> SealedArrays:
-        """Map the file at ``path``; a file this layout did not write whole is refused."""
+    def open(cls, path: Path, *, populate: bool = False) -> SealedArrays:
+        """Map the file at ``path``; a file this layout did not write whole is refused. ``populate`` maps every
+        page now (read from disk where the page cache lacks it): otherwise a lookup's first touch of a page
+        takes a page fault, which costs more than the rest of its search."""
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
             head = handle.read(HEADER_BYTES)
-            if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
+            if len(head) < HEADER_BYTES or not head.startswith((MAGIC, COLUMNS_MAGIC)):
                 raise _corrupt(path, "it does not start with a sealed-arrays header")
-            _, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
+            magic, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
             if prefix_bytes > MAX_PREFIX_BYTES:
                 raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
             expected = HEADER_BYTES + count * BYTES_PER_ID
             if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
-            mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if count else None
-        start = HEADER_BYTES
-        columns = []
-        for kind in (np.uint64, np.uint64, np.uint32):
-            columns.append(np.frombuffer(mapped, dtype=kind, count=count, offset=start) if count else np.zeros(0, kind))
-            start += count * np.dtype(kind).itemsize
-        return cls(path, prefix[:prefix_bytes], first_seq, *columns, crc)
+            flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
+            mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if count else None
+        if count:
+            halves = np.frombuffer(mapped, dtype=np.uint64, count=2 * count, offset=HEADER_BYTES)
+            seqs = np.frombuffer(mapped, dtype=np.uint32, count=count, offset=HEADER_BYTES + 16 * count)
+        else:
+            halves, seqs = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+        stride, low_offset = (2, 1) if magic == MAGIC else (1, count)
+        return cls(path, prefix[:prefix_bytes], first_seq, halves, stride, low_offset, seqs, crc)
 
     def __len__(self) -> int:
-        return self.high.size
+        return self.seqs.size
+
+    @property
+    def high(self) -> np.ndarray:
+        """Every id's first half, in order (a view of the file)."""
+        return self.halves[: self.stride * len(self) : self.stride] if len(self) else self.halves
+
+    @property
+    def low(self) -> np.ndarray:
+        """Every id's second half, in order (a view of the file)."""
+        start = self.low_offset
+        return self.halves[start : start + self.stride * len(self) : self.stride] if len(self) else self.halves
+
+    def _first_not_below(self, highs: np.ndarray) -> np.ndarray:
+        """For each first half of ``highs``, the first position whose first half is not below it: a search of
+        the whole file (numpy's ``searchsorted`` would copy a strided column whole first)."""
+        count = len(self)
+        whole = np.zeros(highs.size, dtype=np.int64), np.full(highs.size, count, dtype=np.int64)
+        return _first_not_below(*whole, count, count - 1, lambda row: self._high_at(row) < highs)
+
+    def _high_at(self, rows: np.ndarray) -> np.ndarray:
+        return self.halves.take(rows * self.stride if self.stride > 1 else rows)
+
+    def _low_at(self, rows: np.ndarray) -> np.ndarray:
+        return self.halves.take(rows * self.stride + self.low_offset)
 
     @cached_property
     def _guide(self) -> tuple[np.ndarray, int, int]:
         """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
-        id name its slice, and the most ids a slice holds."""
-        bits = max(0, int(math.log2(max(len(self), 1) / IDS_PER_SLICE)))
-        bounds = np.arange(2**bits, dtype=np.uint64) << np.uint64(64 - bits) if bits else np.zeros(1, np.uint64)
-        starts = np.empty(2**bits + 1, dtype=np.uint32 if len(self) < 2**32 else np.int64)
-        starts[:-1] = np.searchsorted(self.high, bounds, side="left")
-        starts[-1] = len(self)
-        return starts, bits, int(np.diff(starts.astype(np.int64)).max())
+        id name its slice, and the most ids a slice holds: the ids of each slice counted in one pass over the
+        file, in chunks."""
+        count = len(self)
+        bits = max(0, int(math.log2(max(count, 1) / IDS_PER_SLICE)))
+        held = np.zeros(2**bits, dtype=np.int64)
+        if bits:
+            high, shift = self.high, np.uint64(64 - bits)
+            for begin in range(0, count, _GUIDE_CHUNK):
+                slices = (high[begin : begin + _GUIDE_CHUNK] >> shift).astype(np.intp)
+                held += np.bincount(slices, minlength=held.size)
+        else:
+            held[0] = count
+        starts = np.zeros(held.size + 1, dtype=np.uint32 if count < 2**32 else np.int64)
+        starts[1:] = np.cumsum(held)
+        return starts, bits, int(held.max())
+
+    def prepare(self) -> None:
+        """Build the guide now rather than at the first search."""
+        _ = self._guide
 
     def verify(self) -> None:
         """Read the whole file and check it against the CRC its header carries."""
         crc = 0
-        for column in (self.high, self.low, self.seqs):
+        for column in (self.halves, self.seqs):
             view = column.view(np.uint8)
             for start in range(0, view.size, _CRC_CHUNK):
                 crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
@@ -153,6 +207,15 @@ class SealedArrays:
     def seqs_of(self, bodies: bytes) -> np.ndarray:
         """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
         the file does not hold it."""
+        rows = self.rows_of(bodies)
+        held = np.flatnonzero(rows >= 0)
+        found = np.full(rows.size, -1, dtype=np.int64)
+        found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
+        return found
+
+    def rows_of(self, bodies: bytes) -> np.ndarray:
+        """Where in the file each 16-byte id of ``bodies`` (laid end to end, without the prefix) is, -1 where
+        it does not hold it: whether it is held, without reading its number."""
         high, low = halves_of(bodies)
         count = len(self)
         if not count or not high.size:
@@ -160,23 +223,23 @@ class SealedArrays:
         starts, bits, span = self._guide
         slices = (high >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(high.size, np.int64)
         first, end = starts.take(slices).astype(np.int64), starts.take(slices + 1).astype(np.int64)
-        at = _first_not_below(first, end, span, count - 1, lambda row: self.high.take(row) < high)
+        at = _first_not_below(first, end, span, count - 1, lambda row: self._high_at(row) < high)
         row = np.minimum(at, count - 1)
-        found_high = self.high.take(row)
-        tied = np.flatnonzero((at < count) & (found_high == high) & (self.low.take(row) < low))
+        found_high = self._high_at(row)
+        tied = np.flatnonzero((at < count) & (found_high == high) & (self._low_at(row) < low))
         if tied.size:  # ids sharing this first half: the first whose second half is not below the asked one's
             tied_high, tied_low = high[tied], low[tied]
 
             def pair_below(rows: np.ndarray) -> np.ndarray:
-                found = self.high.take(rows)
-                return (found < tied_high) | ((found == tied_high) & (self.low.take(rows) < tied_low))
+                found = self._high_at(rows)
+                return (found < tied_high) | ((found == tied_high) & (self._low_at(rows) < tied_low))
 
             span = int((end[tied] - at[tied]).max())
             at[tied] = _first_not_below(at[tied], end[tied], span, count - 1, pair_below)
             row = np.minimum(at, count - 1)
-            found_high = self.high.take(row)
-        held = (at < count) & (found_high == high) & (self.low.take(row) == low)
-        return np.where(held, self.seqs.take(row).astype(np.int64) + self.first_seq, -1)
+            found_high = self._high_at(row)
+        held = (at < count) & (found_high == high) & (self._low_at(row) == low)
+        return np.where(held, row, -1)
 
     def position(self, key: bytes) -> int:
         """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
@@ -184,8 +247,9 @@ class SealedArrays:
             return 0 if key < self.prefix else len(self)
         body = key[len(self.prefix) :].ljust(ID_BYTES, b"\x00")[:ID_BYTES]
         high, low = (int(half[0]) for half in halves_of(body))
-        at = int(np.searchsorted(self.high, np.uint64(high), side="left"))
-        while at < len(self) and int(self.high[at]) == high and int(self.low[at]) < low:
+        at = int(self._first_not_below(np.array([high], dtype=np.uint64))[0])
+        firsts, seconds = self.high, self.low
+        while at < len(self) and int(firsts[at]) == high and int(seconds[at]) < low:
             at += 1  # ids sharing a first half: a few at most
         longer = len(key) > len(self.prefix) + ID_BYTES
         if longer and at < len(self) and self._body(at) == key[len(self.prefix) :][:ID_BYTES]:
@@ -205,6 +269,14 @@ class SealedArrays:
             packed = bodies.tobytes()
             keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
             yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
+
+
+def _strictly_ascending(high: np.ndarray, low: np.ndarray) -> bool:
+    """Whether the ids (``high``, ``low``) ascend with no id twice."""
+    if high.size < 2:
+        return True
+    rising = high[1:] > high[:-1]
+    return bool(np.all(rising | ((high[1:] == high[:-1]) & (low[1:] > low[:-1]))))
 
 
 def _first_not_below(
