@@ -115,6 +115,7 @@ from store.options import (
     seal_options,
     store_options,
 )
+from store.sealed_arrays import SealedArrays
 from store.seq_view import SeqView
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class _Conversion:
     generation: Generation
     thread: threading.Thread | None = None
     names: list[str] | None = None
+    opened: dict[bytes, SealedArrays] | None = None  # the files mapped, by prefix (store.generation_arrays.open_files)
     seconds: float = 0.0
     error: Exception | None = None
     void: bool = False  # ids were put back or forgotten meanwhile: the files may lack the change
@@ -312,9 +314,10 @@ class DedupStore:
         self._attach_arrays()
 
     def _attach_arrays(self) -> None:
-        """Map the sealed arrays the metadata names for each live generation. A secondary instance skips a file
-        the writer removed since it listed the families (its generation aged out or merged meanwhile), and
-        always asks a family before its arrays (it cannot know when the writer puts an id back there)."""
+        """Map the sealed arrays the metadata names for each live generation (their pages as lookups first touch
+        them: an open does not wait for files the page cache may lack). A secondary instance skips a file the
+        writer removed since it listed the families (its generation aged out or merged meanwhile), and always
+        asks a family before its arrays (it cannot know when the writer puts an id back there)."""
         self._arrays_raw = self._meta.get(META_ARRAYS)
         named = arrays_files.decode_names(self._arrays_raw)
         for generation in self._generations:
@@ -796,9 +799,9 @@ class DedupStore:
         if not self._filtered or not keys:
             return self.contains_keys_in_db(keys)
         id_filter = self._filters.ready()
-        maybe, values = self._routed_values(id_filter, keys, LOOKUP_CHUNK)
-        found = [False] * len(keys)
         cut = self._state.first_live_seq
+        maybe, values = self._routed_values(id_filter, keys, LOOKUP_CHUNK, live_from=cut)
+        found = [False] * len(keys)
         for index, seq in zip(maybe, live_seqs_of(values, cut) if cut else values, strict=True):
             found[index] = seq is not None
         return found
@@ -927,18 +930,23 @@ class DedupStore:
         return values
 
     def _routed_values(
-        self, id_filter: IdFilter, keys: list[bytes], per_call: int
+        self, id_filter: IdFilter, keys: list[bytes], per_call: int, live_from: int | None = None
     ) -> tuple[list[int], list[bytes | None]]:
         """The indexes of ``keys`` the id filter may hold, and their values, each asked of the generations of
-        the groups the filter holds for it (the others are certainly absent)."""
+        the groups the filter holds for it (the others are certainly absent). ``live_from``: see ``_ask``."""
         masks = id_filter.group_masks(key_hashes(keys))
         maybe = np.flatnonzero(masks).tolist()
         if not maybe:
             return [], []
-        return maybe, self._values([keys[index] for index in maybe], per_call, self._routes(id_filter, masks[maybe]))
+        routes = self._routes(id_filter, masks[maybe])
+        return maybe, self._values([keys[index] for index in maybe], per_call, routes, live_from)
 
     def _values(
-        self, keys: list[bytes], per_call: int, routes: list[list[Generation]] | None = None
+        self,
+        keys: list[bytes],
+        per_call: int,
+        routes: list[list[Generation]] | None = None,
+        live_from: int | None = None,
     ) -> list[bytes | None]:
         """The values of ``keys`` in the generations: ``routes[i]`` those that may hold ``keys[i]``, or without
         routes every generation, the newest first, each asked about the keys not found yet."""
@@ -955,14 +963,22 @@ class DedupStore:
             for generation in route:
                 asked.setdefault(generation.name, (generation, []))[1].append(index)
         for generation, indexes in asked.values():
-            self._ask(generation, keys, indexes, values, per_call)
+            self._ask(generation, keys, indexes, values, per_call, live_from)
         return values
 
     def _ask(
-        self, generation: Generation, keys: list[bytes], indexes: list[int], values: list[bytes | None], per_call: int
+        self,
+        generation: Generation,
+        keys: list[bytes],
+        indexes: list[int],
+        values: list[bytes | None],
+        per_call: int,
+        live_from: int | None = None,
     ) -> list[int]:
         """Look ``keys[indexes]`` up in one generation into ``values``: in its sealed arrays those they may hold,
-        the others in its family; returns the indexes not found."""
+        the others in its family; returns the indexes not found. With ``live_from`` at or below the
+        generation's first number, the caller asks only whether each id is held within the window: an id its
+        arrays hold gets that first number as its value, and its own number is not read."""
         if not generation.arrays:
             return self._ask_family(generation, keys, indexes, values, per_call)
         in_arrays: dict[bytes, list[int]] = {}
@@ -979,8 +995,16 @@ class DedupStore:
             if generation.overrides:  # an id put back (its number) or forgotten (an empty value) is in the family
                 asked = self._ask_overrides(generation, keys, asked, values, missing, per_call)
             skip = len(prefix)
-            seqs = arrays[prefix].seqs_of(b"".join([keys[index][skip:] for index in asked])).tolist()
-            for index, seq in zip(asked, seqs, strict=True):
+            bodies = b"".join([keys[index][skip:] for index in asked])
+            if live_from is not None and live_from <= generation.first_seq:  # one read of memory fewer per id
+                live = generation.first_seq.to_bytes(8, "big")
+                for index, row in zip(asked, arrays[prefix].rows_of(bodies).tolist(), strict=True):
+                    if row < 0:
+                        missing.append(index)
+                    else:
+                        values[index] = live
+                continue
+            for index, seq in zip(asked, arrays[prefix].seqs_of(bodies).tolist(), strict=True):
                 if seq < 0:
                     missing.append(index)
                 else:
@@ -1436,6 +1460,10 @@ class DedupStore:
                     conversion.names = arrays_files.write_generation(
                         self.path, generation.name, generation.family, generation.first_seq
                     )
+                    # mapped whole here, off the owner thread, while the page cache holds what was just written
+                    conversion.opened = arrays_files.open_files(self.path, conversion.names, populate=True)
+                    for arrays in conversion.opened.values():
+                        arrays.prepare()
                 except Exception as error:  # left as a run: still correct, its lookups only cost more
                     conversion.error = error
                 conversion.seconds = time.monotonic() - started
@@ -1468,7 +1496,7 @@ class DedupStore:
             if generation.family is not None:
                 self._to_convert.append(generation)  # written again from the family as it is now
         else:
-            self._commit_arrays(generation, conversion.names or [])
+            self._commit_arrays(generation, conversion.names or [], conversion.opened)
             self._compact_sealed(generation)
             log.info(
                 "%s[%d]: wrote the sealed arrays of %s: %d ids in %.1f s",
@@ -1478,14 +1506,17 @@ class DedupStore:
         self._next_conversion()
         return self._conversion is None
 
-    def _commit_arrays(self, generation: Generation, names: list[str]) -> None:
+    def _commit_arrays(
+        self, generation: Generation, names: list[str], opened: dict[bytes, SealedArrays] | None = None
+    ) -> None:
         """Make ``names`` (written from ``generation``'s family) its sealed arrays: named in the metadata and
         their ids deleted from the family in one synced write, so that every reader finds each id in one place
         or the other. Killed before the write, the files are unnamed (removed at the next open) and the family
         whole; after it, the arrays hold those ids."""
         if not names:
             return
-        opened = arrays_files.open_files(self.path, names)
+        if opened is None:
+            opened = arrays_files.open_files(self.path, names)
         batch = WriteBatch(raw_mode=True)
         for prefix in opened:
             lower, upper = arrays_files.prefix_range(prefix)
