@@ -66,6 +66,7 @@ from benchmarks.bench_store import (  # noqa: E402
     absent_id,
     aging_latency,
     message_id,
+    percentile,
     rss_anon_bytes,
     rss_bytes,
     settle,
@@ -107,9 +108,11 @@ def grow(
     progress: Progress | None = None,
     task=None,
     latencies: list[float] | None = None,
+    sealing: list[tuple[float, float, bool]] | None = None,
 ) -> None:
     """Record ids ``next_seq .. upto - 1`` the way the worker does: look the batch up, record what is new; each
-    batch's seconds (lookup and record) are appended to ``latencies`` if given."""
+    batch's seconds (lookup and record) are appended to ``latencies`` if given, and to ``sealing`` with when
+    it ended and whether a sealed generation's arrays were being written meanwhile."""
     rng = random.Random(upto)
     while store.state.next_seq < upto:
         first = store.state.next_seq
@@ -117,12 +120,39 @@ def grow(
         ids = [message_id(n) for n in numbers]
         stamps = [BASE_MS + int(n * MS_PER_ID) - rng.randrange(2_000) for n in numbers]
         started = time.perf_counter()
+        writing = sealing is not None and store.writing_arrays
         present = store.contains_many(ids)
         store.record([i for i, known in zip(ids, present, strict=True) if not known], stamps)
+        ended = time.perf_counter()
         if latencies is not None:
-            latencies.append(time.perf_counter() - started)
+            latencies.append(ended - started)
+        if sealing is not None:
+            sealing.append((ended, ended - started, writing or store.writing_arrays))
         if progress is not None:
             progress.update(task, completed=store.state.next_seq)
+
+
+def sealing_figures(sealing: list[tuple[float, float, bool]]) -> dict:
+    """What writing sealed arrays cost the growth ``grow`` recorded in ``sealing``: each stretch of batches
+    during which arrays were written (from the end of the batch before it to the end of its last), and the
+    batches' latencies during those stretches against the others'."""
+    stretches: list[float] = []
+    began = None
+    for index, (ended, _, writing) in enumerate(sealing):
+        if writing and began is None:
+            began = sealing[index - 1][0] if index else ended - sealing[index][1]
+        if began is not None and (not writing or index == len(sealing) - 1):
+            stretches.append((ended if writing else sealing[index - 1][0]) - began)
+            began = None
+    figures: dict = {"stretches": len(stretches), "stretch_s": stretches}
+    for name, wanted in (("writing", True), ("not_writing", False)):
+        seconds = [latency for _, latency, writing in sealing if writing == wanted]
+        figures[name] = {
+            "batches": len(seconds),
+            "p50_ms": 1000 * statistics.median(seconds) if seconds else None,
+            "p99_ms": 1000 * percentile(seconds, 0.99) if seconds else None,
+        }
+    return figures
 
 
 def bounded_store(scratch: Path, topic: str, shared: SharedMemory, window_ids: int) -> DedupStore:
@@ -304,15 +334,20 @@ def main() -> None:
             for point in points(args.max_ids):
                 # ids recorded while measuring aging count towards the next point
                 progress.update(task, description=f"growing to {point:,} ids", total=point)
-                grow(store, store.state.next_seq + point - store.state.live_ids, args.batch, progress, task)
+                sealing: list[tuple[float, float, bool]] = []
+                upto = store.state.next_seq + point - store.state.live_ids
+                grow(store, upto, args.batch, progress, task, sealing=sealing)
                 progress.update(task, description=f"measuring at {point:,} ids")
                 quiet(store)
                 figures = measure(store, reference, args.batch)
+                figures["sealing"] = sealing_figures(sealing)
                 aging = aging_latency(store, store.state.next_seq, AGING_BATCHES, args.batch)
                 figures["aging"] = {key: aging[key] for key in ("p99_ms", "p99_ratio", "age_step_ms", "ids_aged")}
                 figures["point"] = point
                 curve.append(figures)
                 console.print(_line(figures, curve[0]))
+                if _sealing_line(figures):
+                    console.print(_sealing_line(figures))
             bulk = None
             if args.bulk_load_ids:
                 store.close()  # its memory would blur what the bulk-loaded store's open takes
@@ -441,6 +476,9 @@ def markdown(result: dict) -> str:
         "",
         f"The id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for.",
     ]
+    sealing = [f"- {line}." for line in filter(None, map(_sealing_line, result["curve"]))]
+    if sealing:
+        lines += ["", "Sealed arrays written while the store grew:", "", *sealing]
     if result.get("bulk_loaded"):
         lines += ["", _bulk_line(result["bulk_loaded"]) + "."]
     return "\n".join(lines) + "\n"
@@ -471,6 +509,19 @@ def _line(figures: dict, first: dict) -> str:
         f"store), present {figures['present']['per_s'] / 1e3:.1f}k/s "
         f"({figures['present']['ratio_vs_reference']:.2f}x), recent present {recent_rate}/s ({recent_ratio}x), "
         f"aging p99 ratio {figures['aging']['p99_ratio']:.2f}"
+    )
+
+
+def _sealing_line(figures: dict) -> str | None:
+    sealing = figures.get("sealing")  # absent from results written before it was measured
+    if not sealing or not sealing["stretches"]:
+        return None
+    stretch, meanwhile, otherwise = sealing["stretch_s"], sealing["writing"], sealing["not_writing"]
+    return (
+        f"growing to {figures['point']:,} ids: sealed arrays written in {sealing['stretches']} stretches of "
+        f"{statistics.median(stretch):.1f} s (median; longest {max(stretch):.1f} s); the batches meanwhile "
+        f"p50 {meanwhile['p50_ms']:.1f} ms, p99 {meanwhile['p99_ms']:.1f} ms ({meanwhile['batches']:,} batches), "
+        f"the others p50 {otherwise['p50_ms']:.1f} ms, p99 {otherwise['p99_ms']:.1f} ms"
     )
 
 
@@ -516,6 +567,8 @@ def report(result: dict) -> None:
         )
     console.print(table)
     console.print(f"id filter: {result['filter_bytes_per_window_id']:.2f} bytes per id of the window it is sized for")
+    for line in filter(None, map(_sealing_line, result["curve"])):
+        console.print(line)
     if result.get("bulk_loaded"):
         console.print(_bulk_line(result["bulk_loaded"]))
 

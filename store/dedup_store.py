@@ -1279,6 +1279,11 @@ class DedupStore:
         """How many compactions RocksDB is running on this store now (any family)."""
         return self._db.property_int_value("rocksdb.num-running-compactions") or 0
 
+    @property
+    def writing_arrays(self) -> bool:
+        """Whether a sealed generation's arrays are being written, on a thread of their own, or wait to be."""
+        return self._conversion is not None or bool(self._to_convert)
+
     def compaction_pending(self) -> bool:
         """Whether RocksDB counts a compaction of the ids as pending, or a generation is being sealed."""
         if any(thread.is_alive() for thread in self._sealing.values()) or self._conversion or self._to_convert:
