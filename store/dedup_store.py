@@ -1452,7 +1452,12 @@ class DedupStore:
     def _next_conversion(self) -> None:
         """Start writing the next sealed generation waiting for its arrays, unless one is being written. Only
         between batches: the batch that seals a generation may write some of its numbers after sealing it, and
-        the conversion reads the family as it is then (the ids it misses would be deleted with the others)."""
+        the conversion reads the family as it is then (the ids it misses would be deleted with the others).
+
+        A thread of the conversion's flushes the family, then waits for a child process
+        (``store.arrays_writer``) that reads it through a secondary instance and writes the files: reading
+        every id of a generation takes the interpreter, whose GIL the worker's batches need. The thread then
+        maps the files whole, while the page cache holds what was just written, and builds their guides."""
         while self._conversion is None and self._to_convert:
             generation = self._to_convert.pop(0)
             if generation.family is None or generation.arrays:
@@ -1462,10 +1467,8 @@ class DedupStore:
             def run(conversion: _Conversion = conversion, generation: Generation = generation) -> None:
                 started = time.monotonic()
                 try:
-                    conversion.names = arrays_files.write_generation(
-                        self.path, generation.name, generation.family, generation.first_seq
-                    )
-                    # mapped whole here, off the owner thread, while the page cache holds what was just written
+                    generation.family.flush(True)  # what the sealing batch wrote last, for the child to read
+                    conversion.names = self._written_by_child(generation)
                     conversion.opened = arrays_files.open_files(self.path, conversion.names, populate=True)
                     for arrays in conversion.opened.values():
                         arrays.prepare()
@@ -1476,6 +1479,18 @@ class DedupStore:
             conversion.thread = threading.Thread(target=run, name=f"arrays-{generation.name}", daemon=True)
             self._conversion = conversion
             conversion.thread.start()
+
+    def _written_by_child(self, generation: Generation) -> list[str]:
+        """Run ``store.arrays_writer`` on ``generation`` and wait for it; the names of the files it wrote."""
+        child = child_process.Child(
+            self.path, "store.arrays_writer", str(self.path), generation.name, str(generation.first_seq)
+        )
+        try:
+            child.process.wait()
+            child.finished()  # raises ChildFailed with its last line of stderr
+            return list(json.loads((child.scratch / arrays_files.WRITTEN_FILE).read_text())["names"])
+        finally:
+            child.end()
 
     def _take_conversion(self, wait_s: float = 0.0) -> bool:
         """Take in the sealed arrays written for a generation, if done (waiting up to ``wait_s``): their names

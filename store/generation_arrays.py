@@ -26,6 +26,7 @@ from store.sealed_arrays import ID_BYTES, SealedArrays
 
 PREFIXES = (AJS_PREFIX, bytes([TAG_UUID]))  # the fixed-width ids: 16 bytes after each
 SUFFIX = ".arrays"
+WRITTEN_FILE = "written.json"  # where store.arrays_writer, in its TMPDIR, lists the files it wrote
 _READ_CHUNK = 100_000
 
 

@@ -177,16 +177,16 @@ def test_a_store_of_runs_is_moved_to_arrays_by_its_worker(tmp_path, window):
 
 # argv[6]: the window the store is opened for
 _KILLED_WRITER = """
-from store import generation_arrays
 dedup_store.MIN_FILTER_WINDOW = 1
 gens.MIN_GENERATION_IDS = 1
 
-if point == "written":  # a generation's files written and synced, not named in the metadata
-    write = generation_arrays.write_generation
-    def write_generation(*args):
-        names = write(*args)
-        die()
-    generation_arrays.write_generation = write_generation
+if point == "written":  # a generation's files written and synced (by the child), not named in the metadata
+    commit = dedup_store.DedupStore._commit_arrays
+    def _commit_arrays(self, generation, names, opened=None):
+        if names:
+            die()
+        commit(self, generation, names, opened)
+    dedup_store.DedupStore._commit_arrays = _commit_arrays
 elif point == "committed":  # named, and the ids removed from the family, which is not compacted yet
     compact = dedup_store.DedupStore._compact_sealed
     def _compact_sealed(self, generation):
