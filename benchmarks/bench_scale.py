@@ -518,7 +518,8 @@ def _sealing_line(figures: dict) -> str | None:
         return None
     stretch, meanwhile, otherwise = sealing["stretch_s"], sealing["writing"], sealing["not_writing"]
     return (
-        f"growing to {figures['point']:,} ids: sealed arrays written in {sealing['stretches']} stretches of "
+        f"growing to {figures['point']:,} ids: sealed arrays written in {sealing['stretches']} "
+        f"stretch{'' if sealing['stretches'] == 1 else 'es'} of "
         f"{statistics.median(stretch):.1f} s (median; longest {max(stretch):.1f} s); the batches meanwhile "
         f"p50 {meanwhile['p50_ms']:.1f} ms, p99 {meanwhile['p99_ms']:.1f} ms ({meanwhile['batches']:,} batches), "
         f"the others p50 {otherwise['p50_ms']:.1f} ms, p99 {otherwise['p99_ms']:.1f} ms"

@@ -143,6 +143,8 @@ class _Conversion:
     seconds: float = 0.0
     error: Exception | None = None
     void: bool = False  # ids were put back or forgotten meanwhile: the files may lack the change
+    child: child_process.Child | None = None  # the process writing the files (store.arrays_writer)
+    stopped: bool = False  # by the store's close: the next writer writes them again
 
 
 def _leave_block_cache_alone(generation: Generation) -> None:
@@ -1400,7 +1402,7 @@ class DedupStore:
         """Seal a generation no longer written: a worker's store writes its fixed-width ids to sealed arrays
         first (``_next_conversion``); then, or else, its family is compacted into its filterless run."""
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
-        if self._converts and not generation.arrays:
+        if self._converts and not generation.arrays and self._holds_array_keys(generation):
             self._to_convert.append(generation)  # started once the batch that sealed it is written: _merge_step
         else:
             self._compact_sealed(generation)
@@ -1468,7 +1470,7 @@ class DedupStore:
                 started = time.monotonic()
                 try:
                     generation.family.flush(True)  # what the sealing batch wrote last, for the child to read
-                    conversion.names = self._written_by_child(generation)
+                    conversion.names = self._written_by_child(conversion)
                     conversion.opened = arrays_files.open_files(self.path, conversion.names, populate=True)
                     for arrays in conversion.opened.values():
                         arrays.prepare()
@@ -1480,12 +1482,17 @@ class DedupStore:
             self._conversion = conversion
             conversion.thread.start()
 
-    def _written_by_child(self, generation: Generation) -> list[str]:
-        """Run ``store.arrays_writer`` on ``generation`` and wait for it; the names of the files it wrote."""
+    def _written_by_child(self, conversion: _Conversion) -> list[str]:
+        """Run ``store.arrays_writer`` on the conversion's generation and wait for it; the names of the files it
+        wrote."""
+        generation = conversion.generation
         child = child_process.Child(
             self.path, "store.arrays_writer", str(self.path), generation.name, str(generation.first_seq)
         )
+        conversion.child = child
         try:
+            if conversion.stopped:  # the store closed while the child started: _stop_conversion missed it
+                child.process.kill()
             child.process.wait()
             child.finished()  # raises ChildFailed with its last line of stderr
             return list(json.loads((child.scratch / arrays_files.WRITTEN_FILE).read_text())["names"])
@@ -1504,7 +1511,13 @@ class DedupStore:
             return False
         self._conversion = None
         generation = conversion.generation
-        if conversion.error is not None:
+        if conversion.stopped and conversion.error is not None:
+            arrays_files.remove(self.path, conversion.names or [])
+            log.info(
+                "%s[%d]: stopped writing the sealed arrays of %s: the next open writes them",
+                self.identity.topic, self.identity.partition, generation.name,
+            )  # fmt: skip
+        elif conversion.error is not None:
             log.warning(
                 "store %s: could not write the sealed arrays of %s (%s); it stays a run until the next open",
                 self.path, generation.name, conversion.error,
@@ -1558,6 +1571,19 @@ class DedupStore:
             generation.arrays = {}
         self._write_arrays_names(named, batch)
         arrays_files.remove(self.path, files)
+
+    def _stop_conversion(self) -> None:
+        """At a stop: no conversion starts, and the one under way is ended (its child killed), unless it is done,
+        in which case it is taken in. The next writer writes the arrays of the generations left as runs."""
+        self._to_convert.clear()
+        conversion = self._conversion
+        if conversion is None:
+            return
+        conversion.stopped = True
+        child = conversion.child
+        if child is not None:
+            child.process.kill()
+        self._take_conversion(wait_s=_FOREVER)
 
     def _void_conversion(self) -> None:
         """Ids change in sealed generations: arrays being written may lack the change, and are written again."""
@@ -1914,7 +1940,7 @@ class DedupStore:
         try:
             if self.writable:
                 self._end_merge()
-                self._to_convert.clear()  # the next open writes them: a stop waits for one conversion at most
+                self._stop_conversion()
                 self.wait_for_seals()
                 self._filters.save_at_close()
             self._filters.close()

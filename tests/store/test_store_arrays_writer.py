@@ -59,3 +59,21 @@ def test_a_generation_whose_child_fails_stays_a_run_and_answers_exactly(
         assert all(store.contains_many(ids)) and not any(store.contains_many(unseen))
         assert store.contains_keys_in_db(encode_ids(ids)) == [True] * len(ids)
     assert "could not write the sealed arrays" in caplog.text and "no space left on device" in caplog.text
+
+
+def test_a_stop_ends_the_conversion_under_way_and_the_next_writer_writes_it(tmp_path, short_generations, caplog):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(5_000, SEED), distinct_mixed_ids(300, SEED + 1)
+    window = short_generations(2_000)
+    with caplog.at_level(logging.INFO, logger="store.dedup_store"):
+        with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+            _fill(store, ids)
+            assert store.writing_arrays
+        assert "stopped writing the sealed arrays of" in caplog.text  # its child takes longer than the close
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        assert store.wait_for_seals(60)
+        sealed = {name for name, _, _ in store.id_families()[:-1]}
+        assert {family for family, _, _ in store.arrays_files()} == sealed
+        assert all(store.contains_many(ids)) and not any(store.contains_many(unseen))
+        named = {file.name for _, file, _ in store.arrays_files()}
+    assert {child.name for child in path.iterdir() if "arrays" in child.name} == named
