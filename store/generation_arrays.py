@@ -177,4 +177,4 @@ def remove(path: Path, names: Iterable[str]) -> None:
 
 
 def bytes_of(arrays: dict[bytes, SealedArrays]) -> int:
-    return sum(sealed_arrays.HEADER_BYTES + len(a) * sealed_arrays.BYTES_PER_ID for a in arrays.values())
+    return sum(a.file_bytes for a in arrays.values())

@@ -13,16 +13,18 @@ each as the 16 bytes after it:
              bytes do; an id's two halves side by side, so that the search's last step reads both in one line
              of memory
     seqs     count x u32: each id's sequence number less the file's first number
+    guide    2^b + 1 x u32, b = floor(log2(count / 32)) (0 below 64 ids): where each of 2^b equal slices of the
+             key space (by an id's first b bits) starts in the file, and last the count
 
 Files of the layout before (magic ``DDSARR02``) kept all the first halves, then all the second halves; they
 are read as they are.
 
-A guide is built when a file is first searched: for each of about count / 32 equal slices of the key space
-(by the first bits of an id), where its ids start in the file, as u32 (0.125 bytes per id, in memory). An id's
-slice bounds a binary search on the first halves that a batch's ids take in step (one numpy gather a step, so
-their reads of memory overlap): about 7 steps whatever the file holds, as long as ids spread over the key space
-as random ids do. Ids sharing a first half are then told apart by their second, so answers are exact for any
-ids; ids bunched in a few slices only widen the search, up to a plain binary search.
+The guide (0.125 bytes per id, in the file: a search reads it from the mapping, and nothing is built at open
+or at a first search) bounds a binary search on the first halves of an id's slice, about 32 ids, that a
+batch's ids take in step (one numpy gather a step, so their reads of memory overlap): about 7 steps whatever
+the file holds, as long as ids spread over the key space as random ids do. Ids sharing a first half are then
+told apart by their second, so answers are exact for any ids; ids bunched in a few slices only widen the
+search, up to a plain binary search.
 
 Written as a file apart, synced, then renamed: after a crash the file is whole or absent.
 """
@@ -54,6 +56,7 @@ MAX_SEQ_SPAN = 2**32  # numbers a file can hold above its first: they are kept a
 IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes of memory per id
 _CRC_CHUNK = 1 << 24
 _GUIDE_CHUNK = 1 << 20
+MAX_IDS = 2**32 - 1  # a guide's entries are u32
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux's: elsewhere pages are mapped as they are touched
 
 
@@ -75,6 +78,8 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
     numbers = np.asarray(seqs, dtype=np.int64)
     if numbers.shape != high.shape:
         raise ValueError(f"{high.size} ids and {numbers.size} sequence numbers")
+    if high.size > MAX_IDS:
+        raise ValueError(f"{high.size} ids: a file holds at most {MAX_IDS}")
     if numbers.size and (numbers.min() < first_seq or numbers.max() - first_seq >= MAX_SEQ_SPAN):
         raise ValueError(f"sequence numbers {numbers.min()}-{numbers.max()} are not within 2^32 from {first_seq}")
     if not _strictly_ascending(high, low):  # a generation's family comes in key order: no sort needed
@@ -84,7 +89,7 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
             raise ValueError("the same id twice")
     pairs = np.empty((high.size, 2), dtype=np.uint64)
     pairs[:, 0], pairs[:, 1] = high, low
-    columns = (pairs, (numbers - first_seq).astype(np.uint32))
+    columns = (pairs, (numbers - first_seq).astype(np.uint32), _guide_starts(high))
     crc = 0
     for column in columns:
         crc = zlib.crc32(column.data, crc)
@@ -116,6 +121,7 @@ class SealedArrays:
     low_offset: int
     seqs: np.ndarray
     crc: int
+    stored_guide: np.ndarray | None = None  # the file's guide (the layout before kept none)
 
     @classmethod
     def open(cls, path: Path, *, populate: bool = False) -> SealedArrays:
@@ -131,18 +137,23 @@ class SealedArrays:
             magic, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
             if prefix_bytes > MAX_PREFIX_BYTES:
                 raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
-            expected = HEADER_BYTES + count * BYTES_PER_ID
+            expected = HEADER_BYTES + count * BYTES_PER_ID + (_guide_entries(count) * 4 if magic == MAGIC else 0)
             if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
             mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if count else None
+        guide = None
         if count:
             halves = np.frombuffer(mapped, dtype=np.uint64, count=2 * count, offset=HEADER_BYTES)
             seqs = np.frombuffer(mapped, dtype=np.uint32, count=count, offset=HEADER_BYTES + 16 * count)
+            if magic == MAGIC:
+                at = HEADER_BYTES + count * BYTES_PER_ID
+                guide = np.frombuffer(mapped, dtype=np.uint32, count=_guide_entries(count), offset=at)
         else:
             halves, seqs = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+            guide = np.zeros(_guide_entries(0), np.uint32) if magic == MAGIC else None  # what write gave it
         stride, low_offset = (2, 1) if magic == MAGIC else (1, count)
-        return cls(path, prefix[:prefix_bytes], first_seq, halves, stride, low_offset, seqs, crc)
+        return cls(path, prefix[:prefix_bytes], first_seq, halves, stride, low_offset, seqs, crc, guide)
 
     def __len__(self) -> int:
         return self.seqs.size
@@ -174,30 +185,27 @@ class SealedArrays:
     @cached_property
     def _guide(self) -> tuple[np.ndarray, int, int]:
         """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
-        id name its slice, and the most ids a slice holds: the ids of each slice counted in one pass over the
-        file, in chunks."""
+        id name its slice, and the most ids a slice holds. A file of the layout before has its guide built here,
+        in one pass over it."""
         count = len(self)
-        bits = max(0, int(math.log2(max(count, 1) / IDS_PER_SLICE)))
-        held = np.zeros(2**bits, dtype=np.int64)
-        if bits:
-            high, shift = self.high, np.uint64(64 - bits)
-            for begin in range(0, count, _GUIDE_CHUNK):
-                slices = (high[begin : begin + _GUIDE_CHUNK] >> shift).astype(np.intp)
-                held += np.bincount(slices, minlength=held.size)
-        else:
-            held[0] = count
-        starts = np.zeros(held.size + 1, dtype=np.uint32 if count < 2**32 else np.int64)
-        starts[1:] = np.cumsum(held)
-        return starts, bits, int(held.max())
+        starts = self.stored_guide if self.stored_guide is not None else _guide_starts(self.high)
+        span = int(np.diff(starts.astype(np.int64)).max()) if starts.size > 1 else 0
+        return starts, _guide_bits(count), span
+
+    @property
+    def file_bytes(self) -> int:
+        guide = 0 if self.stored_guide is None else self.stored_guide.nbytes
+        return HEADER_BYTES + len(self) * BYTES_PER_ID + guide
 
     def prepare(self) -> None:
-        """Build the guide now rather than at the first search."""
+        """Read the guide now rather than at the first search."""
         _ = self._guide
 
     def verify(self) -> None:
         """Read the whole file and check it against the CRC its header carries."""
         crc = 0
-        for column in (self.halves, self.seqs):
+        columns = (self.halves, self.seqs) if self.stored_guide is None else (self.halves, self.seqs, self.stored_guide)
+        for column in columns:
             view = column.view(np.uint8)
             for start in range(0, view.size, _CRC_CHUNK):
                 crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
@@ -269,6 +277,31 @@ class SealedArrays:
             packed = bodies.tobytes()
             keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
             yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
+
+
+def _guide_bits(count: int) -> int:
+    return max(0, int(math.log2(max(count, 1) / IDS_PER_SLICE)))
+
+
+def _guide_entries(count: int) -> int:
+    return 2 ** _guide_bits(count) + 1
+
+
+def _guide_starts(high: np.ndarray) -> np.ndarray:
+    """The guide of the ascending first halves ``high``: where each slice starts, then their count; the ids of
+    each slice counted in one pass, in chunks."""
+    count = high.size
+    bits = _guide_bits(count)
+    held = np.zeros(2**bits, dtype=np.int64)
+    if bits:
+        shift = np.uint64(64 - bits)
+        for begin in range(0, count, _GUIDE_CHUNK):
+            held += np.bincount((high[begin : begin + _GUIDE_CHUNK] >> shift).astype(np.intp), minlength=held.size)
+    else:
+        held[0] = count
+    starts = np.zeros(held.size + 1, dtype=np.uint32)
+    starts[1:] = np.cumsum(held)
+    return starts
 
 
 def _strictly_ascending(high: np.ndarray, low: np.ndarray) -> bool:

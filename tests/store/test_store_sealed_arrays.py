@@ -76,6 +76,22 @@ def test_rows_say_where_held_ids_are_without_their_numbers(tmp_path):
     assert sorted(rows[: len(held)]) == list(range(len(held)))
 
 
+def test_the_guide_is_kept_in_the_file_and_checked_with_it(tmp_path):
+    rng = random.Random(11)
+    held = [rng.randbytes(16) for _ in range(5_000)]
+    arrays = _written(tmp_path, held)
+    slices = 2**7  # 5,000 ids / 32 per slice, rounded down to a power of two
+    assert (tmp_path / "arrays").stat().st_size == HEADER_BYTES + 5_000 * 20 + (slices + 1) * 4
+    assert arrays.file_bytes == (tmp_path / "arrays").stat().st_size
+    firsts = sorted(body[:1][0] >> 1 for body in held)  # each id's slice: its first 7 bits
+    assert arrays.stored_guide.tolist() == [sum(s < bound for s in firsts) for bound in range(slices + 1)]
+    data = bytearray((tmp_path / "arrays").read_bytes())
+    data[-3] ^= 0x01  # in the guide
+    (tmp_path / "arrays").write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptError, match="checksum"):
+        SealedArrays.open(tmp_path / "arrays").verify()
+
+
 def test_ids_in_key_order_or_not_make_the_same_file(tmp_path):
     rng = random.Random(9)
     bodies = [rng.randbytes(16) for _ in range(2_000)]
