@@ -1283,7 +1283,7 @@ class DedupStore:
 
     @property
     def writing_arrays(self) -> bool:
-        """Whether a sealed generation's arrays are being written, on a thread of their own, or wait to be."""
+        """Whether a sealed generation's arrays are being written (by a child process), or wait to be."""
         return self._conversion is not None or bool(self._to_convert)
 
     def compaction_pending(self) -> bool:
@@ -1459,7 +1459,7 @@ class DedupStore:
         A thread of the conversion's flushes the family, then waits for a child process
         (``store.arrays_writer``) that reads it through a secondary instance and writes the files: reading
         every id of a generation takes the interpreter, whose GIL the worker's batches need. The thread then
-        maps the files whole, while the page cache holds what was just written, and builds their guides."""
+        maps the files whole, while the page cache holds what was just written, and reads their guides."""
         while self._conversion is None and self._to_convert:
             generation = self._to_convert.pop(0)
             if generation.family is None or generation.arrays:

@@ -169,7 +169,7 @@ class SealedArrays:
         start = self.low_offset
         return self.halves[start : start + self.stride * len(self) : self.stride] if len(self) else self.halves
 
-    def _first_not_below(self, highs: np.ndarray) -> np.ndarray:
+    def _search_whole(self, highs: np.ndarray) -> np.ndarray:
         """For each first half of ``highs``, the first position whose first half is not below it: a search of
         the whole file (numpy's ``searchsorted`` would copy a strided column whole first)."""
         count = len(self)
@@ -189,8 +189,10 @@ class SealedArrays:
         in one pass over it."""
         count = len(self)
         starts = self.stored_guide if self.stored_guide is not None else _guide_starts(self.high)
-        span = int(np.diff(starts.astype(np.int64)).max()) if starts.size > 1 else 0
-        return starts, _guide_bits(count), span
+        sizes = np.diff(starts.astype(np.int64))
+        if starts[0] != 0 or starts[-1] != count or sizes.min() < 0:  # a search would leave the file
+            raise _corrupt(self.path, "its guide does not describe its ids")
+        return starts, _guide_bits(count), int(sizes.max())
 
     @property
     def file_bytes(self) -> int:
@@ -255,7 +257,7 @@ class SealedArrays:
             return 0 if key < self.prefix else len(self)
         body = key[len(self.prefix) :].ljust(ID_BYTES, b"\x00")[:ID_BYTES]
         high, low = (int(half[0]) for half in halves_of(body))
-        at = int(self._first_not_below(np.array([high], dtype=np.uint64))[0])
+        at = int(self._search_whole(np.array([high], dtype=np.uint64))[0])
         firsts, seconds = self.high, self.low
         while at < len(self) and int(firsts[at]) == high and int(seconds[at]) < low:
             at += 1  # ids sharing a first half: a few at most

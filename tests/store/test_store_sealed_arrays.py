@@ -86,10 +86,13 @@ def test_the_guide_is_kept_in_the_file_and_checked_with_it(tmp_path):
     firsts = sorted(body[:1][0] >> 1 for body in held)  # each id's slice: its first 7 bits
     assert arrays.stored_guide.tolist() == [sum(s < bound for s in firsts) for bound in range(slices + 1)]
     data = bytearray((tmp_path / "arrays").read_bytes())
-    data[-3] ^= 0x01  # in the guide
+    data[-3] ^= 0x01  # in the guide's last entry: the count
     (tmp_path / "arrays").write_bytes(bytes(data))
+    damaged = SealedArrays.open(tmp_path / "arrays")
     with pytest.raises(StoreCorruptError, match="checksum"):
-        SealedArrays.open(tmp_path / "arrays").verify()
+        damaged.verify()
+    with pytest.raises(StoreCorruptError, match="its guide does not describe its ids"):
+        _answers(damaged, held[:10])  # a search it would send out of the file is refused
 
 
 def test_ids_in_key_order_or_not_make_the_same_file(tmp_path):
