@@ -26,7 +26,10 @@ same process:
   settled and free heap pages returned. The id filter is allocated whole on the first lookup, so it is not in
   that growth: its bytes per id of the window are reported apart;
 - ingest with aging: 200 more batches, in alternating blocks without and with an ``age_step`` between
-  batches that keeps the store at its size (p99 batch latency of each, and their ratio).
+  batches that keeps the store at its size (p99 batch latency of each, and their ratio);
+- sealed arrays written while the store grew to the point: each stretch of growth batches during which a
+  sealed generation's arrays were being written (``DedupStore.writing_arrays``), how long it lasted, and those
+  batches' p50 and p99 latencies against the other growth batches'.
 
 With ``--bulk-load-ids N``, a store of N random ids is then made by bulk load (``benchmarks/bulk_stores.py``,
 as ``dedupectl rebuild`` makes one; ``--bulk-bucket-ids`` per file, 10M by default), opened as a worker opens its
