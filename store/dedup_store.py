@@ -134,7 +134,8 @@ _LAST_LEVEL = 6  # RocksDB's default number of levels, 7: a generation's sealed 
 
 @dataclass
 class _Conversion:
-    """A sealed generation's fixed-width ids being written to sealed arrays on a thread of its own."""
+    """A sealed generation's fixed-width ids being written to sealed arrays: by a child process, which a thread of
+    its own starts and waits for."""
 
     generation: Generation
     thread: threading.Thread | None = None
@@ -998,19 +999,14 @@ class DedupStore:
                 asked = self._ask_overrides(generation, keys, asked, values, missing, per_call)
             skip = len(prefix)
             bodies = b"".join([keys[index][skip:] for index in asked])
-            if live_from is not None and live_from <= generation.first_seq:  # one read of memory fewer per id
-                live = generation.first_seq.to_bytes(8, "big")
-                for index, row in zip(asked, arrays[prefix].rows_of(bodies).tolist(), strict=True):
-                    if row < 0:
-                        missing.append(index)
-                    else:
-                        values[index] = live
-                continue
-            for index, seq in zip(asked, arrays[prefix].seqs_of(bodies).tolist(), strict=True):
-                if seq < 0:
+            held_only = live_from is not None and live_from <= generation.first_seq  # one read of memory fewer
+            search = arrays[prefix].rows_of if held_only else arrays[prefix].seqs_of
+            live = generation.first_seq.to_bytes(8, "big")
+            for index, found in zip(asked, search(bodies).tolist(), strict=True):
+                if found < 0:
                     missing.append(index)
                 else:
-                    values[index] = seq.to_bytes(8, "big")
+                    values[index] = live if held_only else found.to_bytes(8, "big")
         return missing
 
     def _ask_overrides(
