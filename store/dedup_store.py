@@ -1369,30 +1369,28 @@ class DedupStore:
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
-        ``store.bulk_load``) become the generation starting at that number; the files of a generation that has
-        several are compacted into its one run here, and (a worker's store) each but the newest written to sealed
-        arrays, so the store is ready for lookups when this returns."""
+        ``store.bulk_load``) become the generation starting at that number. A worker's store writes each but the
+        newest to sealed arrays first, read through its files merged (a compaction before would rewrite ids the
+        arrays then take); then what is left of a generation, if its files were several or its ids converted, is
+        compacted into its one run, so the store is ready for lookups when this returns."""
         self._require_writable()
         if len(self._generations):
             raise StoreError(f"store {self.path} holds ids already: a bulk load fills a fresh store")
         ingest = IngestExternalFileOptions()
         ingest.set_move_files(True)  # a rename (hard link), not a copy
+        newest = max(files, default=None)
         for first in sorted(files):
             name = gens.family_name(first)
             self._db.create_column_family(name, self._new_generation_options).close()
             generation = self._generation(name, first)
             self._generations.add(generation)
             generation.family.ingest_external_file(files[first], ingest)
-            if len(files[first]) > 1:
-                generation.family.compact_range(None, None, seal_options())
-        if self._converts:  # every generation but the newest, which takes the next writes, to sealed arrays
-            for generation in list(self._generations)[:-1]:
-                names = arrays_files.write_generation(
-                    self.path, generation.name, generation.family, generation.first_seq
-                )
+            names = []
+            if self._converts and first != newest:  # to sealed arrays: the newest takes the next writes
+                names = arrays_files.write_generation(self.path, name, generation.family, first)
                 self._commit_arrays(generation, names)
-                if names:
-                    generation.family.compact_range(None, None, seal_options())
+            if names or len(files[first]) > 1:  # one run of what is left: converted ids are compacted away
+                generation.family.compact_range(None, None, seal_options())
 
     def _seal(self, generation: Generation) -> None:
         """Seal a generation no longer written: a worker's store writes its fixed-width ids to sealed arrays
