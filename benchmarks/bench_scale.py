@@ -36,7 +36,8 @@ as ``dedupectl rebuild`` makes one; ``--bulk-bucket-ids`` per file, 10M by defau
 store, and measured the same way against the same 1M-id store, with the memory its open took per id (RocksDB's
 table readers and the id filter). N = 1,000,000,000 needs about 25 GB of disk and about an hour and a half on
 two cores, where the page cache can hold the store; where it cannot, the lookups read the disk and take far
-longer.
+longer. ``--bulk-load-dir DIR`` keeps that store in ``DIR`` and measures the one kept there by an earlier run
+of the same ids and files instead of loading it again (its load time is the one that run took).
 
 Prints the curve with ratios against the 1M point and against the reference store, and writes the figures
 to ``--out``. ``--max-ids 10000000`` is a run of a few minutes; 100M ids takes 10-20 minutes on two cores.
@@ -92,6 +93,7 @@ ROUNDS = 5
 AGING_BATCHES = 200
 BULK_BATCH_IDS = 10_000
 BULK_BUCKET_IDS = 10_000_000
+BULK_SEED = 5
 BULK_PRESENT_BUCKETS = 5  # present ids are drawn from this many buckets spread over the store
 
 
@@ -301,6 +303,11 @@ def main() -> None:
         default=BULK_BUCKET_IDS,
         help=f"ids per bulk-loaded file, a multiple of {BULK_BATCH_IDS:,}",
     )
+    parser.add_argument(
+        "--bulk-load-dir",
+        type=Path,
+        help="keep the bulk-loaded store here, and reuse the one kept by an earlier run of the same load",
+    )
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/scale.json")
     parser.add_argument("--markdown", type=Path, help="also write the tables as markdown to this file")
@@ -355,7 +362,8 @@ def main() -> None:
             if args.bulk_load_ids:
                 store.close()  # its memory would blur what the bulk-loaded store's open takes
                 layout = LoadLayout(batch_ids=BULK_BATCH_IDS, bucket_ids=args.bulk_bucket_ids)
-                bulk = measure_bulk(scratch, reference, args.bulk_load_ids, layout, args.batch, progress, task)
+                kept = args.bulk_load_dir or scratch / "bulk"
+                bulk = measure_bulk(kept, reference, args.bulk_load_ids, layout, args.batch, progress, task)
                 console.print(_bulk_line(bulk))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -386,22 +394,30 @@ def main() -> None:
 
 
 def measure_bulk(
-    scratch: Path, reference: DedupStore, count: int, layout: LoadLayout, batch: int, progress: Progress, task
+    kept: Path, reference: DedupStore, count: int, layout: LoadLayout, batch: int, progress: Progress, task
 ) -> dict:
-    """Bulk load a store of ``count`` ids, open it as a worker does, and measure it against ``reference``."""
-    path = scratch / "bulk-0"
+    """Bulk load a store of ``count`` ids into ``kept`` (unless it holds that load already), open it as a
+    worker does, and measure it against ``reference``."""
+    path = kept / "bulk-0"
     window = count + count // 20
-    progress.update(task, description=f"bulk loading {count:,} ids", total=count, completed=0)
-    load_seconds = bulk_load_store(
-        path,
-        topic="bulk",
-        partition=0,
-        count=count,
-        layout=layout,
-        seed=5,
-        window_ids=window,
-        on_bucket=lambda done: progress.update(task, completed=done),
-    )
+    load_seconds = _kept_load_seconds(kept, count, layout)
+    reused = load_seconds is not None
+    if not reused:
+        _load_marker(kept).unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True)  # an earlier load's store, of other ids or cut short
+        kept.mkdir(parents=True, exist_ok=True)
+        progress.update(task, description=f"bulk loading {count:,} ids", total=count, completed=0)
+        load_seconds = bulk_load_store(
+            path,
+            topic="bulk",
+            partition=0,
+            count=count,
+            layout=layout,
+            seed=BULK_SEED,
+            window_ids=window,
+            on_bucket=lambda done: progress.update(task, completed=done),
+        )
+        _load_marker(kept).write_text(json.dumps({**_load_of(count, layout), "load_seconds": load_seconds}))
     progress.update(task, description=f"measuring the bulk-loaded store of {count:,} ids")
     release_free_memory()
     before = rss_bytes()
@@ -419,10 +435,11 @@ def measure_bulk(
         present = []
         for bucket in chosen:
             size = min(layout.bucket_ids, count - bucket * layout.bucket_ids)
-            present += rng.sample(bucket_ids(5, bucket, size).tolist(), PRESENT_SAMPLE // len(chosen))
+            present += rng.sample(bucket_ids(BULK_SEED, bucket, size).tolist(), PRESENT_SAMPLE // len(chosen))
         figures = measure(store, reference, batch, present)
         figures.update(
             load_seconds=load_seconds,
+            reused=reused,
             bucket_ids=layout.bucket_ids,
             generation_ids=store.generation_ids(),
             open_seconds=open_seconds,
@@ -430,6 +447,23 @@ def measure_bulk(
             filter_bytes_per_window_id=store.filter_bytes / window,
         )
     return figures
+
+
+def _load_marker(kept: Path) -> Path:
+    return kept / "bulk-load.json"
+
+
+def _load_of(count: int, layout: LoadLayout) -> dict:
+    return {"ids": count, "batch_ids": layout.batch_ids, "bucket_ids": layout.bucket_ids, "seed": BULK_SEED}
+
+
+def _kept_load_seconds(kept: Path, count: int, layout: LoadLayout) -> float | None:
+    """The seconds the load of the store kept in ``kept`` took, if it is this load; None if it must be made."""
+    marker = _load_marker(kept)
+    if not marker.exists():
+        return None
+    held, wanted = json.loads(marker.read_text()), _load_of(count, layout)
+    return held["load_seconds"] if {key: held.get(key) for key in wanted} == wanted else None
 
 
 def _layout(figures: dict) -> str:
@@ -440,7 +474,8 @@ def _layout(figures: dict) -> str:
 
 def _bulk_line(figures: dict) -> str:
     return (
-        f"bulk-loaded {figures['live_ids']:,} ids (in {figures['load_seconds']:.0f}s{_layout(figures)}): "
+        f"bulk-loaded {figures['live_ids']:,} ids ({'kept from a load ' if figures.get('reused') else ''}"
+        f"in {figures['load_seconds']:.0f}s{_layout(figures)}): "
         f"{figures['ids_files']} ids files, {figures['bytes_per_id']:.1f} B/id, "
         f"opened in {figures['open_seconds']:.1f}s taking "
         f"{figures['memory_per_id']:.2f} B/id of memory; absent {figures['absent']['per_s'] / 1e6:.2f}M/s "
