@@ -105,7 +105,7 @@ from store.errors import (
 )
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations, ScanPoint
-from store.id_filter import GROUPS, FilterStamp, IdFilter, key_hashes
+from store.id_filter import GROUPS, FilterStamp, IdFilter, body_hashes, key_hashes
 from store.options import (
     SEALED_GENERATION_OPTIONS,
     WRITTEN_GENERATION_OPTIONS,
@@ -283,6 +283,7 @@ class DedupStore:
                 state=lambda: self._state,
                 window=self._filter_window,
                 id_scan_step=self._id_scan_step,
+                id_hashes=self._id_hashes,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
                 grows=lambda: self._window_ids is None,
@@ -898,6 +899,30 @@ class DedupStore:
                 if scanned >= scan:
                     return keys, seqs, ScanPoint(generation.first_seq, key)
         return keys, seqs, None
+
+    def _id_hashes(self, low: int, high: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(key_hashes, numbers)`` of the ids numbered ``low`` to ``high - 1``, a chunk at a time, for a filter
+        built whole: a generation's sealed arrays read as arrays, with no key made, and its family scanned. An
+        id its family puts back or forgets comes from both: a filter holding an id it need not only asks one
+        more generation."""
+        read = _id_scan_reads()
+        for generation in self._generations.covering(low, high):
+            for arrays in generation.arrays.values():
+                for firsts, seconds, seqs in arrays.columns(_SCAN_CHUNK):
+                    live = (seqs >= low) & (seqs < high)
+                    yield body_hashes(arrays.prefix, firsts[live], seconds[live]), seqs[live]
+            keys: list[bytes] = []
+            seqs: list[int] = []
+            for key, value in generation.family.items(from_key=IDS_LOWER, read_opt=read):
+                seq = int.from_bytes(value, "big")
+                if value and low <= seq < high:  # an empty value: an id forgotten
+                    keys.append(key)
+                    seqs.append(seq)
+                if len(keys) >= _SCAN_CHUNK:
+                    yield key_hashes(keys), np.asarray(seqs, np.int64)
+                    keys, seqs = [], []
+            if keys:
+                yield key_hashes(keys), np.asarray(seqs, np.int64)
 
     def _saved_filter_token(self) -> str | None:
         token = self._meta.get(META_FILTER_TOKEN)

@@ -17,7 +17,7 @@ import math
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +38,6 @@ LOG_BUILDS_ABOVE = 100_000  # ids: smaller builds take well under a second and a
 # ids a grown filter's catch-up scans per batch recorded: a step costs the writer's thread about what a
 # batch of 5,000 ids does, where reading all it lacks at once would stall it for seconds
 CATCH_UP_SCAN = 25_000
-BUILD_SCAN = 100_000  # ids scanned a part when a filter is built or read back whole, on the worker's thread
 
 
 @dataclass(frozen=True)
@@ -52,6 +51,8 @@ class StoreAccess:
     # a part of the scan for the ids numbered low..high-1: (low, high, resume after, entries to scan) ->
     # (their keys, their numbers, where the next part resumes: None once the scan is done)
     id_scan_step: Callable[[int, int, ScanPoint | None, int], tuple[list[bytes], list[int], ScanPoint | None]]
+    # (low, high) -> (key hashes, numbers) of the ids numbered low..high-1, a chunk at a time: a filter built whole
+    id_hashes: Callable[[int, int], Iterator[tuple[np.ndarray, np.ndarray]]]
     saved_token: Callable[[], str | None]
     name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
     grows: Callable[[], bool] = lambda: False  # no aging bound: the filter is built again, larger, as it fills
@@ -378,16 +379,12 @@ class FilterKeeper:
     def _add_from_store(self, id_filter: IdFilter, low: int, high: int) -> int | None:
         """Add the ids the store holds under numbers ``low`` to ``high - 1``; how many, or None when one found
         no room (the filter may then have lost an entry)."""
-        if low >= high:
-            return 0
-        added, resume = 0, None
-        while True:
-            keys, seqs, resume = self._store.id_scan_step(low, high, resume, BUILD_SCAN)
-            if not _add(id_filter, keys, seqs):
+        added = 0
+        for hashes, seqs in self._store.id_hashes(low, high):
+            if hashes.size and not id_filter.add(hashes, seqs):
                 return None
-            added += len(keys)
-            if resume is None:
-                return added
+            added += hashes.size
+        return added
 
     def _new_stamp(self, next_seq: int | None = None) -> FilterStamp:
         """A stamp for a filter that holds every live id numbered below ``next_seq`` (default: every one)."""

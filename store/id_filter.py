@@ -65,11 +65,23 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def _fixed_hashes(joined: bytes, count: int, width: int) -> np.ndarray:
     rows = np.frombuffer(joined, np.uint8).reshape(count, width)
     words = np.ascontiguousarray(rows[:, width - 16 :]).view("<u8")
+    return _hash_words(words[:, 0], words[:, 1], rows[:, 0].astype(np.uint64))
+
+
+def _hash_words(first: np.ndarray, second: np.ndarray, tags: np.ndarray | np.uint64) -> np.ndarray:
+    """The hash of fixed-width keys from their last 16 bytes, read as two little-endian words, and their first
+    byte: the tag, so that two kinds of id with the same last 16 bytes hash apart."""
     with np.errstate(over="ignore"):
-        mixed = words[:, 0] * _M1 ^ words[:, 1]
-        if width > 16:  # the tag bytes: two kinds of id with the same last 16 bytes hash apart
-            mixed ^= rows[:, 0].astype(np.uint64) * _M3
-        return _mix(mixed)
+        return _mix(first * _M1 ^ second ^ tags * _M3)
+
+
+def body_hashes(prefix: bytes, high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """``key_hashes`` of ids of one fixed-width kind, given as ``prefix`` and the two halves of each id's 16
+    bytes read big-endian (as sealed arrays hold them): no key is made."""
+    if len(prefix) + 16 not in _FIXED_WIDTHS:
+        raise ValueError(f"prefix {prefix!r} is not one of a fixed-width id")
+    as_words = [np.asarray(half).astype(">u8").view("<u8") for half in (high, low)]
+    return _hash_words(as_words[0], as_words[1], np.uint64(prefix[0]))
 
 
 def key_hashes(keys: Sequence[bytes]) -> np.ndarray:

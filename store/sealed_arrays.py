@@ -269,6 +269,13 @@ class SealedArrays:
     def _body(self, row: int) -> bytes:
         return int(self.high[row]).to_bytes(8, "big") + int(self.low[row]).to_bytes(8, "big")
 
+    def columns(self, chunk: int = 1_000_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(first halves, second halves, numbers)`` of the ids in key order, ``chunk`` at a time, as arrays:
+        for readers of every id that need no key made (an id filter's build)."""
+        for begin in range(0, len(self), chunk):
+            stop = begin + chunk
+            yield self.high[begin:stop], self.low[begin:stop], self.seqs[begin:stop].astype(np.int64) + self.first_seq
+
     def items(self, chunk: int = 65_536, start: int = 0) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
         its prefix, as ``store.codec`` packs it."""

@@ -18,6 +18,7 @@ from store.aging import AgingPolicy, age_step
 from store.codec import CF_META, META_ARRAYS, META_IDENTITY, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
+from store.filter_keeper import FILTER_FILE
 
 SEED = 11
 
@@ -126,6 +127,30 @@ def test_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
         _check_exact(store, ids, range(len(ids)), unseen)
     with DedupStore.open_secondary(path) as reader:
         _check_exact(reader, ids, range(len(ids)), unseen)
+
+
+def test_a_filter_built_whole_takes_the_sealed_arrays_ids_and_those_put_back(tmp_path, window):
+    """With no saved filter, the next open builds one from every generation: its sealed arrays read as arrays,
+    its family scanned. Ids forgotten, some put back: the filter holds every live id, whatever the path."""
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(8_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    chosen = [n for n in range(0, 4_000, 7) if _fixed_width(ids[n])]
+    put_back = chosen[::2]
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)
+        assert store.wait_for_seals(60)
+        assert store.forget_many([ids[n] for n in chosen]) == len(chosen)
+        assert store.place([ids[n] for n in put_back], put_back) == put_back
+    (path / FILTER_FILE).unlink()
+    forgotten = set(chosen) - set(put_back)
+    live = [n not in forgotten for n in range(len(ids))]
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        assert store.arrays_files()
+        assert store.contains_many(ids) == live  # the first lookup builds the filter
+        assert store.contains_keys_in_db(encode_ids(ids)) == live
+        assert not any(store.contains_many(unseen))
+        assert store.live_seqs(encode_ids(ids)) == [n if held else None for n, held in enumerate(live)]
+        assert store.filter_bytes
 
 
 def test_a_checkpoint_holds_the_arrays_and_a_missing_one_is_refused(tmp_path, window):
