@@ -230,13 +230,13 @@ def _translate_open_error(path: Path, error: Exception) -> StoreError:
             f"store {path} is locked by another process",
             "stop the worker that holds it first, or use a read-only command (stats, sst, window, lookup)",
         )
-    if "No such file or directory" in text or "does not exist" in text:
-        return StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
-    if "Corruption" in text:
+    if "Corruption" in text:  # first: a file the store's manifest names and lacks is "No such file" as well
         return StoreCorruptError(
             f"store {path} is corrupt ({text.splitlines()[0]})",
             "restore it from a snapshot or rebuild it from the output topic",
         )
+    if "No such file or directory" in text or "does not exist" in text:
+        return StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
     return StoreError(f"cannot open store {path}: {text.splitlines()[0] if text else error!r}")
 
 

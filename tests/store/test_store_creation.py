@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from store.dedup_store import DedupStore
+from store.errors import StoreCorruptError
 from store.layout import list_store_dirs, store_path
 
 
@@ -37,3 +40,15 @@ def test_an_empty_directory_made_beforehand_becomes_the_store(tmp_path: Path):
         store.record([b"ajs-" + b"1" * 32], [1])
     with DedupStore.open_existing(path) as store:
         assert store.contains_many([b"ajs-" + b"1" * 32]) == [True]
+
+
+def test_a_store_that_lacks_a_file_of_its_manifest_is_called_corrupt_not_missing(tmp_path: Path):
+    path = store_path(tmp_path, "events", 0)
+    with DedupStore.open(path, topic="events", partition=0) as store:
+        store.record([f"ajs-{n:032x}".encode() for n in range(1_000)], list(range(1_000)))
+        store.flush()
+    lost = sorted(path.glob("*.sst"))[0]
+    lost.unlink()
+    with pytest.raises(StoreCorruptError, match=f"store {path} is corrupt .*{lost.name}") as raised:
+        DedupStore.open(path, topic="events", partition=0)
+    assert "restore it from a snapshot or rebuild it" in raised.value.hint
