@@ -75,7 +75,7 @@ from benchmarks.bench_store import (  # noqa: E402
     rss_bytes,
     settle,
 )
-from benchmarks.bulk_stores import bucket_ids, bulk_load_store  # noqa: E402
+from benchmarks.bulk_stores import bucket_ids, bulk_load_store, kept_or_made  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store.bulk_load import LoadLayout  # noqa: E402
 from store.codec import encode_ids  # noqa: E402
@@ -400,14 +400,12 @@ def measure_bulk(
     worker does, and measure it against ``reference``."""
     path = kept / "bulk-0"
     window = count + count // 20
-    load_seconds = _kept_load_seconds(kept, count, layout)
-    reused = load_seconds is not None
-    if not reused:
-        _load_marker(kept).unlink(missing_ok=True)
+
+    def load() -> float:
         shutil.rmtree(path, ignore_errors=True)  # an earlier load's store, of other ids or cut short
         kept.mkdir(parents=True, exist_ok=True)
         progress.update(task, description=f"bulk loading {count:,} ids", total=count, completed=0)
-        load_seconds = bulk_load_store(
+        return bulk_load_store(
             path,
             topic="bulk",
             partition=0,
@@ -417,7 +415,9 @@ def measure_bulk(
             window_ids=window,
             on_bucket=lambda done: progress.update(task, completed=done),
         )
-        _load_marker(kept).write_text(json.dumps({**_load_of(count, layout), "load_seconds": load_seconds}))
+
+    wanted = {"ids": count, "batch_ids": layout.batch_ids, "bucket_ids": layout.bucket_ids, "seed": BULK_SEED}
+    load_seconds, reused = kept_or_made(kept / "bulk-load.json", wanted, load)
     progress.update(task, description=f"measuring the bulk-loaded store of {count:,} ids")
     release_free_memory()
     before = rss_bytes()
@@ -447,23 +447,6 @@ def measure_bulk(
             filter_bytes_per_window_id=store.filter_bytes / window,
         )
     return figures
-
-
-def _load_marker(kept: Path) -> Path:
-    return kept / "bulk-load.json"
-
-
-def _load_of(count: int, layout: LoadLayout) -> dict:
-    return {"ids": count, "batch_ids": layout.batch_ids, "bucket_ids": layout.bucket_ids, "seed": BULK_SEED}
-
-
-def _kept_load_seconds(kept: Path, count: int, layout: LoadLayout) -> float | None:
-    """The seconds the load of the store kept in ``kept`` took, if it is this load; None if it must be made."""
-    marker = _load_marker(kept)
-    if not marker.exists():
-        return None
-    held, wanted = json.loads(marker.read_text()), _load_of(count, layout)
-    return held["load_seconds"] if {key: held.get(key) for key in wanted} == wanted else None
 
 
 def _layout(figures: dict) -> str:

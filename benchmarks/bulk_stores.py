@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -100,17 +101,31 @@ def add_prefill_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def kept_or_made(marker: Path, wanted: dict, make: Callable[[], float]) -> tuple[float | None, bool]:
+    """``(seconds, kept)``: unless ``marker`` says that what ``wanted`` describes was made already (kept between
+    invocations: a bulk load of 100M ids takes minutes), run ``make``, which returns the seconds it took, and
+    write the marker; a kept one gives the seconds its making took (None in markers that lack them)."""
+    if marker.exists():
+        held = json.loads(marker.read_text())
+        if {key: held.get(key) for key in wanted} == wanted:
+            return held.get("seconds"), True
+    marker.unlink(missing_ok=True)
+    seconds = make()
+    marker.write_text(json.dumps({**wanted, "seconds": seconds}))
+    return seconds, False
+
+
 def reuse_or_prefill(data_dir: Path, topic: str, partitions: int, total: int) -> float | None:
-    """``prefill_data_dir`` unless ``data_dir`` holds what it would make already (kept between invocations:
-    a bulk load of 100M ids takes minutes); returns the seconds it took, None when reused."""
-    marker = data_dir / "prefilled.json"
+    """``prefill_data_dir`` unless ``data_dir`` holds what it would make already; returns the seconds it took,
+    None when reused."""
+
+    def make() -> float:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        return prefill_data_dir(data_dir, topic, partitions, total)
+
     wanted = {"topic": topic, "partitions": partitions, "ids": total}
-    if marker.exists() and json.loads(marker.read_text()) == wanted:
-        return None
-    shutil.rmtree(data_dir, ignore_errors=True)
-    seconds = prefill_data_dir(data_dir, topic, partitions, total)
-    marker.write_text(json.dumps(wanted))
-    return seconds
+    seconds, kept = kept_or_made(data_dir / "prefilled.json", wanted, make)
+    return None if kept else seconds
 
 
 def linked_copy(source: Path, target: Path) -> None:
