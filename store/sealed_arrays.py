@@ -137,7 +137,7 @@ class SealedArrays:
             magic, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
             if prefix_bytes > MAX_PREFIX_BYTES:
                 raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
-            expected = HEADER_BYTES + count * BYTES_PER_ID + (_guide_entries(count) * 4 if magic == MAGIC else 0)
+            expected = _file_size(count, guided=magic == MAGIC)
             if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
@@ -196,8 +196,7 @@ class SealedArrays:
 
     @property
     def file_bytes(self) -> int:
-        guide = 0 if self.stored_guide is None else self.stored_guide.nbytes
-        return HEADER_BYTES + len(self) * BYTES_PER_ID + guide
+        return _file_size(len(self), guided=self.stored_guide is not None)
 
     def prepare(self) -> None:
         """Read the guide now rather than at the first search."""
@@ -286,6 +285,11 @@ class SealedArrays:
             packed = bodies.tobytes()
             keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
             yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
+
+
+def _file_size(count: int, *, guided: bool) -> int:
+    """Bytes of a file of ``count`` ids: with its guide, or of the layout before, which kept none."""
+    return HEADER_BYTES + count * BYTES_PER_ID + (_guide_entries(count) * 4 if guided else 0)
 
 
 def _guide_bits(count: int) -> int:
