@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from rocksdict import WriteBatch
 
 from store.codec import CF_TIMES, StoreState, decode_seq, encode_seq
+from store.damage import check_ended
 from store.dedup_store import DedupStore
 from store.errors import ConfigError
 from store.footprint import data_bytes
@@ -153,7 +154,10 @@ def trim_times(store: DedupStore) -> bool:
     it = store.family(CF_TIMES).iter()
     try:
         it.seek_to_first()
-        if not it.valid() or decode_seq(it.key()) >= keep_from:
+        if not it.valid():
+            check_ended(it)
+            return False
+        if decode_seq(it.key()) >= keep_from:
             return False
     finally:
         del it
@@ -168,7 +172,10 @@ def _times_batch_start(store: DedupStore, seq: int) -> int:
     it = store.family(CF_TIMES).iter()
     try:
         it.seek_for_prev(encode_seq(seq))
-        return decode_seq(it.key()) if it.valid() else 0
+        if it.valid():
+            return decode_seq(it.key())
+        check_ended(it)
+        return 0
     finally:
         del it
 

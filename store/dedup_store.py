@@ -95,6 +95,7 @@ from store.codec import (
     times_offsets,
     without_digests,
 )
+from store.damage import check_ended, corruption_of, damaged, scan, translated
 from store.errors import (
     DataDirError,
     StoreCorruptError,
@@ -106,6 +107,7 @@ from store.errors import (
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations, ScanPoint
 from store.id_filter import GROUPS, FilterStamp, IdFilter, body_hashes, key_hashes
+from store.layout import holds_database_files
 from store.options import (
     SEALED_GENERATION_OPTIONS,
     WRITTEN_GENERATION_OPTIONS,
@@ -117,6 +119,7 @@ from store.options import (
 )
 from store.sealed_arrays import SealedArrays
 from store.seq_view import SeqView
+from store.writer_lock import WRITING, writer_holds
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +170,8 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
     """The raw identity and state values; the family object is closed so it cannot pin the DB open."""
     meta = db.get_column_family(CF_META)
     try:
-        return meta.get(META_IDENTITY), meta.get(META_STATE)
+        with translated():
+            return meta.get(META_IDENTITY), meta.get(META_STATE)
     finally:
         meta.close()
 
@@ -176,7 +180,8 @@ def _committed_merge_sources(db: Rdict) -> list[str]:
     """The sources of a merge committed and not yet dropped (``store.generation_merge``)."""
     meta = db.get_column_family(CF_META)
     try:
-        raw = meta.get(META_MERGED)
+        with translated():
+            raw = meta.get(META_MERGED)
     finally:
         meta.close()
     return [] if raw is None else json.loads(raw)
@@ -230,12 +235,12 @@ def _translate_open_error(path: Path, error: Exception) -> StoreError:
             f"store {path} is locked by another process",
             "stop the worker that holds it first, or use a read-only command (stats, sst, window, lookup)",
         )
-    if "Corruption" in text:  # first: a file the store's manifest names and lacks is "No such file" as well
-        return StoreCorruptError(
-            f"store {path} is corrupt ({text.splitlines()[0]})",
-            "restore it from a snapshot or rebuild it from the output topic",
-        )
+    corrupt = corruption_of(error, path)  # first: a file the MANIFEST names and lacks is "No such file" as well
+    if corrupt is not None:
+        return corrupt
     if "No such file or directory" in text or "does not exist" in text:
+        if holds_database_files(path):  # CURRENT names a MANIFEST that is gone
+            return damaged(f"store {path}", text.splitlines()[0].strip())
         return StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
     return StoreError(f"cannot open store {path}: {text.splitlines()[0] if text else error!r}")
 
@@ -255,8 +260,10 @@ class DedupStore:
         window_ids: int | None = None,
         families: tuple[str, ...] = (),
         new_generation_options=None,
+        follows_writer: bool = False,
     ):
         self._db = db
+        self._follows_writer = follows_writer  # a secondary instance, not a read-only one
         self.path = path
         self.identity = identity
         self._state = state
@@ -270,7 +277,11 @@ class DedupStore:
         self._merge: merges.Merge | None = None
         self._merge_due = False  # whether generations may need merging: asked at the next record
         self._closed = False
-        self._attach(families)
+        try:
+            self._attach(families)
+        except BaseException:
+            self._abandon()
+            raise
         self._secondary_dir: tempfile.TemporaryDirectory[str] | None = None
         self._seq_view: SeqView | None = None
         # the id filter in front of lookups: for the stores of a worker (``open``), made on first lookup
@@ -291,7 +302,13 @@ class DedupStore:
         )
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
-        self._load_gaps()
+        try:
+            self._load_gaps()
+        except BaseException:
+            self._abandon()
+            raise
+        if writable:
+            WRITING.add(path.resolve())  # readers in this process then follow it (store.writer_lock)
 
     def _attach(self, families: tuple[str, ...]) -> None:
         """Take up the families of ``self._db``. A store not yet migrated reads its one ``ids`` family as a
@@ -322,23 +339,29 @@ class DedupStore:
         them: an open does not wait for files the page cache may lack). A secondary instance skips a file the
         writer removed since it listed the families (its generation aged out or merged meanwhile), and always
         asks a family before its arrays (it cannot know when the writer puts an id back there)."""
-        self._arrays_raw = self._meta.get(META_ARRAYS)
+        self._arrays_raw = self._meta_value(META_ARRAYS)
         named = arrays_files.decode_names(self._arrays_raw)
         for generation in self._generations:
             files = named.get(generation.name)
             if not files:
                 continue
-            generation.arrays = arrays_files.open_files(self.path, files, missing_ok=not self.writable)
+            # only a writer at work removes a named file (its generation aged out meanwhile): else it is damage
+            generation.arrays = arrays_files.open_files(self.path, files, missing_ok=self._follows_writer)
             generation.overrides = not self.writable or self._holds_array_keys(generation)
+        arrays_files.verify([a for g in self._generations for a in g.arrays.values()])
 
     def _reopen_secondary(self) -> None:
         """Open the database again (a secondary instance): the writer added or dropped generations."""
         self._close_families()
         self._db.close()
-        names, self._db = self._open_secondary_db(self.path, self._secondary_dir.name)
+        names, self._db, self._follows_writer = self._open_secondary_db(self.path, self._secondary_dir.name)
         self.identity, state = self._read_meta(self._db, self.path)
         self._attach(names)
         self._state = self._visible(state)
+
+    def _meta_value(self, key: bytes) -> bytes | None:
+        with translated():
+            return self._meta.get(key)
 
     def _generation(self, name: str, first_seq: int) -> Generation:
         return Generation(first_seq, name, self._db.get_column_family(name), self._db.get_column_family_handle(name))
@@ -442,35 +465,41 @@ class DedupStore:
 
     @classmethod
     def open_secondary(cls, path: Path) -> DedupStore:
-        """Open for reading without the writer's lock; works while a worker writes to the store."""
+        """Open for reading without the writer's lock. While a process writes the store: a secondary instance,
+        which follows the writer. Otherwise a read-only instance, whose open checks that every file the MANIFEST
+        names is there whole: a secondary instance passes over a file it cannot open (taking it for one its writer
+        removed) and would answer from an older state than the files say."""
         path = Path(path)
         cls._require_store_dir(path)
         scratch = tempfile.TemporaryDirectory(prefix="dedupectl-secondary-")
         try:
-            names, db = cls._open_secondary_db(path, scratch.name)
+            names, db, follows = cls._open_secondary_db(path, scratch.name)
         except BaseException:
             scratch.cleanup()
             raise
         identity, state = cls._read_meta(db, path)
-        store = cls(db, path, identity, state, writable=False, families=names)
+        store = cls(db, path, identity, state, writable=False, families=names, follows_writer=follows)
         store._secondary_dir = scratch
         store._state = store._visible(state)
         return store
 
     @classmethod
-    def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict]:
+    def _open_secondary_db(cls, path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict, bool]:
+        """The families and the database opened for reading, and whether it follows a writer (see
+        ``open_secondary``)."""
         backoff = Backoff(_SECONDARY_OPEN_SECONDS)
         while True:
             names = cls._check_families(path)
             options, families, _ = _store_options(names, create=False)
             options.set_max_open_files(-1)  # required by secondary instances
+            follows = writer_holds(path)
+            access = AccessType.secondary(scratch) if follows else AccessType.read_only(False)
             db = None
             try:
-                opened_at = manifest_mark(path)
-                db = Rdict(
-                    str(path), options=options, column_families=families, access_type=AccessType.secondary(scratch)
-                )
-                catch_up(db, path, opened_at)
+                opened_at = manifest_mark(path) if follows else None
+                db = Rdict(str(path), options=options, column_families=families, access_type=access)
+                if follows:
+                    catch_up(db, path, opened_at)
             except Exception as error:
                 if db is not None:
                     db.close()
@@ -480,12 +509,14 @@ class DedupStore:
                 if isinstance(error, StoreError):
                     raise
                 raise _translate_open_error(path, error) from error
-            return names, db
+            return names, db, follows
 
     @staticmethod
     def _require_store_dir(path: Path) -> None:
         if not path.exists():
             raise StoreNotFoundError(f"no dedup store at {path}", "check --data-dir and --partition")
+        if not (path / "CURRENT").exists() and holds_database_files(path):
+            raise damaged(f"store {path}", "its CURRENT file is missing")
         if not (path / "CURRENT").exists():
             raise StoreNotFoundError(
                 f"{path} is not a dedup store (no RocksDB database in it)", "check --data-dir and --partition"
@@ -584,7 +615,7 @@ class DedupStore:
             log.info("store %s: removed sealed arrays no generation names: %s", self.path, removed)
 
     def _arrays_names(self) -> dict[str, list[str]]:
-        return arrays_files.decode_names(self._meta.get(META_ARRAYS))
+        return arrays_files.decode_names(self._meta_value(META_ARRAYS))
 
     def _write_arrays_names(self, names: dict[str, list[str]], batch: WriteBatch | None = None) -> None:
         """Write the metadata's arrays names (in ``batch`` when given, which this then writes, synced)."""
@@ -608,6 +639,7 @@ class DedupStore:
                 it.seek(lower)
                 if it.valid():
                     return True
+                check_ended(it)
             finally:
                 del it
         return False
@@ -617,7 +649,7 @@ class DedupStore:
         one, or the merged family of one not committed, and what its child wrote."""
         for name in self._leftover_families:
             self._db.drop_column_family(name)
-        if self._leftover_families or self._meta.get(META_MERGED) is not None:
+        if self._leftover_families or self._meta_value(META_MERGED) is not None:
             log.info("store %s: dropped the families a merge cut short left: %s", self.path, self._leftover_families)
             batch = WriteBatch(raw_mode=True)
             batch.delete(META_MERGED, self._meta_handle)
@@ -647,7 +679,7 @@ class DedupStore:
         read = _id_scan_reads()
         moved = 0
         try:
-            for key, value in legacy.family.items(from_key=IDS_LOWER, read_opt=read):  # key order: each file's
+            for key, value in scan(legacy.family, IDS_LOWER, read):  # key order: each file's
                 seq = int.from_bytes(value, "big")
                 if seq < cut:
                     continue  # aged: not carried over
@@ -688,8 +720,11 @@ class DedupStore:
         return self._state
 
     def refresh(self) -> None:
-        """Secondary instances: catch up with the writer and reload the state."""
-        if not self.writable:
+        """Readers: catch up with the writer and reload the state (a read-only instance opens again: a writer
+        may have written the store since, or be writing it now)."""
+        if not self.writable and not self._follows_writer:
+            self._reopen_secondary()
+        elif not self.writable:
             try:
                 catch_up(self._db, self.path)
                 families = set(Rdict.list_cf(str(self.path)))
@@ -700,9 +735,9 @@ class DedupStore:
             # a secondary instance follows only the families it opened with: one the writer added or dropped
             # since (a generation), or sealed arrays it named since, make it open again; the same families and
             # arrays: none started since it caught up
-            if families != set(self._family_names_on_open) or self._meta.get(META_ARRAYS) != self._arrays_raw:
+            if families != set(self._family_names_on_open) or self._meta_value(META_ARRAYS) != self._arrays_raw:
                 self._reopen_secondary()
-            elif (raw := self._meta.get(META_STATE)) is not None:
+            elif (raw := self._meta_value(META_STATE)) is not None:
                 self._state = decode_state(raw)
             self._load_gaps()
 
@@ -782,7 +817,7 @@ class DedupStore:
         return accepted
 
     def _load_gaps(self) -> None:
-        refused, accepted = self._meta.get(META_REFUSED_GAP), self._meta.get(META_ACCEPTED_GAPS)
+        refused, accepted = self._meta_value(META_REFUSED_GAP), self._meta_value(META_ACCEPTED_GAPS)
         try:
             self._refused_gap = None if refused is None else decode_gap(refused)
             self._accepted_gaps = () if accepted is None else decode_accepted_gaps(accepted)
@@ -913,7 +948,7 @@ class DedupStore:
                     yield body_hashes(arrays.prefix, firsts[live], seconds[live]), seqs[live]
             keys: list[bytes] = []
             seqs: list[int] = []
-            for key, value in generation.family.items(from_key=IDS_LOWER, read_opt=read):
+            for key, value in scan(generation.family, IDS_LOWER, read):
                 seq = int.from_bytes(value, "big")
                 if value and low <= seq < high:  # an empty value: an id forgotten
                     keys.append(key)
@@ -925,7 +960,7 @@ class DedupStore:
                 yield key_hashes(keys), np.asarray(seqs, np.int64)
 
     def _saved_filter_token(self) -> str | None:
-        token = self._meta.get(META_FILTER_TOKEN)
+        token = self._meta_value(META_FILTER_TOKEN)
         return None if token is None else token.decode("ascii", "replace")
 
     def _name_saved_filter(self, token: str) -> None:
@@ -1064,13 +1099,14 @@ class DedupStore:
         """Multi-get ``keys[indexes]`` from one generation's family into ``values``; returns the indexes not found."""
         family = generation.family
         missing = []
-        for start in range(0, len(indexes), per_call):
-            chunk = indexes[start : start + per_call]
-            for index, value in zip(chunk, family[[keys[i] for i in chunk]], strict=True):
-                if value is None:
-                    missing.append(index)
-                else:
-                    values[index] = value
+        with translated():  # a damaged block is refused, never read as "absent"
+            for start in range(0, len(indexes), per_call):
+                chunk = indexes[start : start + per_call]
+                for index, value in zip(chunk, family[[keys[i] for i in chunk]], strict=True):
+                    if value is None:
+                        missing.append(index)
+                    else:
+                        values[index] = value
         return missing
 
     def timestamps(self, seqs: Sequence[int]) -> list[int]:
@@ -1188,6 +1224,8 @@ class DedupStore:
                         found[offsets[wanted]] = seq
                     wanted += 1
                 it.next()
+            if wanted < len(offsets):
+                check_ended(it)
         finally:
             del it
         return found
@@ -1197,6 +1235,7 @@ class DedupStore:
         try:
             it.seek_for_prev(encode_seq(seq))
             if not it.valid():
+                check_ended(it)
                 return None
             first, value = decode_seq(it.key()), it.value()
             if seq - first >= times_count(value) or first < self.offsets_from_seq:
@@ -1242,6 +1281,8 @@ class DedupStore:
                         reached = end
                     chunk += 1
                 it.next()
+            if reached < stop:
+                check_ended(it)
         finally:
             del it
         return unchecked if reached == stop else None
@@ -1262,7 +1303,8 @@ class DedupStore:
                     while end < len(seqs) and first <= seqs[end] < stop:
                         end += 1
                 if end == start:
-                    raise StoreCorruptError(f"store {self.path} has no timestamp for sequence {seqs[start]}")
+                    check_ended(it)  # a damaged block names its file; else the batch is missing
+                    raise damaged(f"store {self.path}", f"no batch in its times family holds sequence {seqs[start]}")
                 yield key, first, value, seqs[start:end]
                 start = end
         finally:
@@ -1681,7 +1723,7 @@ class DedupStore:
     def _items_of(generation: Generation, from_key: bytes, read: ReadOptions) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of a generation's ids in key order from ``from_key`` on: its family's, and its sealed
         arrays' where it has them."""
-        family_items = generation.family.items(from_key=from_key, read_opt=read)
+        family_items = scan(generation.family, from_key, read)
         if not generation.arrays:
             return family_items
         return arrays_files.items_in_order(generation.arrays, family_items, from_key)
@@ -1721,7 +1763,7 @@ class DedupStore:
         if any(thread.is_alive() for thread in self._sealing.values()):
             return  # asked again at the next record: a generation being sealed is merged once in one run
         self._merge_due = False
-        if self._meta.get(META_MERGED) is not None:
+        if self._meta_value(META_MERGED) is not None:
             return  # a merge whose sources could not all be dropped: the next open drops them first
         cut, next_seq = self._state.first_live_seq, self._state.next_seq
         sealed = [
@@ -1969,10 +2011,23 @@ class DedupStore:
             self._close_families()
             self._db.close()
             self._closed = True
+            if self.writable:
+                WRITING.discard(self.path.resolve())
         finally:
             if self._secondary_dir is not None and self._closed:
                 self._secondary_dir.cleanup()
                 self._secondary_dir = None
+
+    def _abandon(self) -> None:
+        """Let a store whose construction failed go: every family it took, then the database (and its lock)."""
+        for generation in getattr(self, "_generations", ()):
+            if generation.family is not None:
+                generation.family.close()
+        for name in ("_times", "_meta"):
+            family = getattr(self, name, None)
+            if family is not None:
+                family.close()
+        self._db.close()
 
     def _close_families(self) -> None:
         for generation in {id(g): g for g in (*self._generations, self._legacy_ids) if g is not None}.values():

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import heapq
 import json
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from rocksdict import Rdict, ReadOptions
 
 from store import sealed_arrays
 from store.codec import AJS_PREFIX, TAG_UUID
+from store.damage import damaged, scan
 from store.errors import StoreCorruptError
 from store.sealed_arrays import ID_BYTES, SealedArrays
 
@@ -77,10 +80,7 @@ def open_files(
         except FileNotFoundError as error:
             if missing_ok:
                 continue
-            raise StoreCorruptError(
-                f"store {path} lacks its sealed arrays file {name}",
-                "restore the store from a snapshot or rebuild it from the output topic",
-            ) from error
+            raise damaged(f"sealed arrays {path / name}", "the store names the file, which is missing") from error
         opened[arrays.prefix] = arrays
     return opened
 
@@ -110,7 +110,7 @@ def _prefix_ids(family: Rdict, prefix: bytes) -> tuple[bytes, np.ndarray]:
     seqs: list[np.ndarray] = []
     keys: list[bytes] = []
     values: list[bytes] = []
-    for key, value in family.items(from_key=lower, read_opt=read):
+    for key, value in scan(family, lower, read):
         if len(key) != len(prefix) + ID_BYTES or not value:
             continue  # the codec gives every key of the prefix this length; an empty value is an id forgotten
         keys.append(key)
@@ -174,6 +174,16 @@ def remove_unnamed(path: Path, named: set[str]) -> list[str]:
 def remove(path: Path, names: Iterable[str]) -> None:
     for name in names:
         (path / name).unlink(missing_ok=True)
+
+
+def verify(arrays: Sequence[SealedArrays]) -> None:
+    """Check every file against the checksum its header carries, a file a thread (zlib's CRC runs without the
+    GIL); the first damaged one raises ``StoreCorruptError``."""
+    if not arrays:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(arrays), os.cpu_count() or 1)) as pool:
+        for checked in pool.map(SealedArrays.verify, arrays):
+            del checked
 
 
 def bytes_of(arrays: dict[bytes, SealedArrays]) -> int:

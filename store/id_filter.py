@@ -22,12 +22,15 @@ larger one.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
+import struct
 import sys
 import threading
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from hashlib import blake2b
 from pathlib import Path
@@ -41,8 +44,12 @@ FINGERPRINT_BITS = 16 - GROUP_BITS
 LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
 FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
 MAX_KICKS = 500
-FILE_FORMAT = 2  # 2: stamped with the next number and a token, not RocksDB's sequence number
+FILE_FORMAT = 3  # 3: the table followed by its CRC-32; 2: without it
 HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
+
+_CRC = struct.Struct("<I")
+_CRC_CHUNK = 1 << 24
+log = logging.getLogger(__name__)
 
 _FP_MASK = np.uint16((1 << FINGERPRINT_BITS) - 1)
 _GROUP_MASK = np.uint16(GROUPS - 1)
@@ -298,7 +305,11 @@ def write_partial(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> Path:
     try:
         with open(partial, "wb") as handle:
             handle.write(json.dumps(header).encode() + b"\n")
-            id_filter.table.tofile(handle)
+            crc = 0
+            for chunk in _byte_chunks(id_filter.table):
+                crc = zlib.crc32(chunk, crc)
+                handle.write(chunk)
+            handle.write(_CRC.pack(crc))
     except OSError:
         partial.unlink(missing_ok=True)
         raise
@@ -325,8 +336,31 @@ def save(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> None:
     commit(write_partial(id_filter, path, stamp), path)
 
 
+def _byte_chunks(table: np.ndarray) -> Iterator[memoryview]:
+    view = memoryview(table.reshape(-1).view(np.uint8))
+    for start in range(0, len(view), _CRC_CHUNK):
+        yield view[start : start + _CRC_CHUNK]
+
+
 def load(path: Path) -> tuple[IdFilter, FilterStamp] | None:
-    """The filter saved at ``path`` and what it holds; None if there is none this code can read."""
+    """The filter saved at ``path`` and what it holds; None if there is none this code can read, or its bytes do
+    not match their checksum (the store then builds it anew: a damaged filter could call a held id absent)."""
+    read = _read(path)
+    if isinstance(read, str):
+        log.warning("the saved id filter %s %s: it is built anew from the store", path, read)
+        return None
+    return read
+
+
+def damage_of(path: Path) -> str | None:
+    """What is wrong with the filter saved at ``path``, if it is damaged (a file that is absent, or of another
+    format, is not damaged: it is only not used)."""
+    read = _read(path)
+    return read if isinstance(read, str) else None
+
+
+def _read(path: Path) -> tuple[IdFilter, FilterStamp] | str | None:
+    """The filter and its stamp; None where there is none of this format; else what is wrong with the file."""
     try:
         with open(path, "rb") as handle:
             header = json.loads(handle.readline(4096))
@@ -339,12 +373,20 @@ def load(path: Path) -> tuple[IdFilter, FilterStamp] | None:
             stamp = FilterStamp(**{name: header[name] for name in FilterStamp.__dataclass_fields__})
             buckets = IdFilter.buckets_for(header["span"])
             table = np.fromfile(handle, np.uint16, count=buckets * SLOTS)
-            if table.size != buckets * SLOTS:
-                return None
+            trailer = handle.read(_CRC.size + 1)
+            if table.size != buckets * SLOTS or len(trailer) != _CRC.size:
+                return "is not whole"
+            crc = 0
+            for chunk in _byte_chunks(table):
+                crc = zlib.crc32(chunk, crc)
+            if crc != _CRC.unpack(trailer)[0]:
+                return "is damaged (checksum mismatch)"
             table = table.reshape(buckets, SLOTS)
             return IdFilter(header["span"], table=table, group_starts=header["group_starts"]), stamp
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        return f"cannot be read ({error})"
 
 
 class BackgroundLoad:

@@ -25,6 +25,13 @@ def is_moved_aside(path: Path) -> bool:
     return bool(_MOVED_ASIDE.search(Path(path).name))
 
 
+def holds_database_files(path: Path) -> bool:
+    """Whether ``path`` holds what only a RocksDB database writes (a MANIFEST or table files): a store, whole or
+    damaged (one that lost its CURRENT file is still a store, to be refused as damaged)."""
+    path = Path(path)
+    return path.is_dir() and (any(path.glob("MANIFEST-*")) or any(path.glob("*.sst")))
+
+
 def list_store_dirs(data_dir: Path) -> list[tuple[str, int, Path]]:
     """Return ``(topic, partition, path)`` of every store directory under ``data_dir``, sorted (stores moved
     aside by ``--replace`` are not among them)."""
@@ -33,6 +40,6 @@ def list_store_dirs(data_dir: Path) -> list[tuple[str, int, Path]]:
         if is_moved_aside(child):
             continue
         match = _STORE_DIR.match(child.name)
-        if match and child.is_dir() and (child / "CURRENT").exists():
+        if match and ((child / "CURRENT").exists() or holds_database_files(child)):
             found.append((match["topic"], int(match["partition"]), child))
     return sorted(found, key=lambda item: (item[0], item[1]))

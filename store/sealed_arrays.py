@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from store.damage import damaged
 from store.errors import StoreCorruptError
 from store.id_filter import commit
 
@@ -211,7 +212,7 @@ class SealedArrays:
             for start in range(0, view.size, _CRC_CHUNK):
                 crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
         if crc != self.crc:
-            raise _corrupt(self.path, "its ids do not match the checksum its header carries")
+            raise damaged(f"sealed arrays {self.path}", "its bytes do not match the checksum its header carries")
 
     def seqs_of(self, bodies: bytes) -> np.ndarray:
         """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
@@ -346,6 +347,4 @@ def _steps(span: int) -> int:
 
 
 def _corrupt(path: Path, why: str) -> StoreCorruptError:
-    return StoreCorruptError(
-        f"sealed arrays {path} cannot be read: {why}", "restore the store from a snapshot or rebuild it"
-    )
+    return damaged(f"sealed arrays {path}", why)
