@@ -4,7 +4,8 @@ Order of work, so that nothing live is ever touched on failure:
 1. refuse when a live worker serves the partition in that data directory, or a store exists without
    ``--replace``;
 2. download/copy into ``<data_dir>/.restore-<id>.partial``, checking every file's size and SHA-256;
-3. open the copy and check it is that partition's store;
+3. read the whole copy back, every block and side file against its own checksum (``store.verify``), then open
+   it and check it is that partition's store;
 4. only then, with ``--replace``, check no process holds the existing store (its RocksDB lock), move it aside
    (it is kept) and rename the copy into place.
 When the worker starts it reads the output topic from the snapshot's output offset to the end and records
@@ -27,6 +28,7 @@ from snapshots.progress import NO_PROGRESS, TransferProgress
 from store.dedup_store import DedupStore
 from store.errors import DataDirError, StoreError, StoreLockedError
 from store.layout import moved_aside_path, store_path
+from store.verify import verify_store
 from store.worker_status import describe, live_worker_for
 
 
@@ -82,7 +84,10 @@ def _refuse_if_locked(target: Path) -> None:
 
 
 def _check_restored(path: Path, topic: str, partition: int, snapshot_id: str) -> None:
+    """The copy is a whole store of that partition: its files read back whole (not only as the manifest's hashes
+    say: a file damaged before the snapshot was taken passes those), then opened as its worker will."""
     try:
+        verify_store(path)
         with DedupStore.open_existing(path) as store:
             identity = store.identity
     except StoreError as error:
