@@ -57,6 +57,7 @@ from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store import clock
 from store.aging import AgingPolicy, age_step
 from store.codec import StoreState, encode_ids
+from store.damage import translated
 from store.dedup_store import DedupStore
 from store.footprint import dir_bytes
 from store.layout import store_path
@@ -217,7 +218,8 @@ class Worker:
         on_progress: Callable[[RunSummary], None] | None = None,
     ) -> RunSummary:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
-        with data_dir_faults(self.config.data_dir):  # a full or read-only volume is the operator's, not a bug
+        # a full or read-only volume, or a damaged store file, is the operator's, not a bug
+        with data_dir_faults(self.config.data_dir), translated():
             return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
 
     def _run(

@@ -14,8 +14,9 @@ import traceback
 import typer
 
 from dedupectl import __version__
+from dedupectl.cli.json_errors import error_object
 from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, setup_logging, use_log_format
-from dedupectl.cli.output import print_error
+from dedupectl.cli.output import print_error, print_json
 from dedupectl.errors import DedupeError
 
 # Each module adds its commands to the app; the order is the order in --help.
@@ -84,20 +85,36 @@ def _traceback_if_debug(error: BaseException) -> None:
         sys.stderr.flush()
 
 
+def _json_asked() -> bool:
+    """Whether the command line asks for --json (before any ``--``)."""
+    args = sys.argv[1:]
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def _fail(error: BaseException, line: str, exit_code: int) -> None:
+    """The one line on stderr (with --json, the error object on stdout too, unless the command printed it)."""
+    if _json_asked() and not getattr(error, "json_printed", False):
+        print_json(error_object(error))
+    print_error(line)
+    _traceback_if_debug(error)
+    sys.exit(exit_code)
+
+
 def main() -> None:
     """Console-script entry point: run the app, print known errors in one line (and with --debug the
-    traceback after it), with the same exit code either way."""
+    traceback after it), with the same exit code either way; with --json, the error as JSON on stdout too."""
     try:
         app()
     except DedupeError as error:
-        print_error(str(error))
-        _traceback_if_debug(error)
-        sys.exit(error.exit_code)
-    except Exception as error:  # a bug, not an operator error
+        _fail(error, str(error), error.exit_code)
+    except Exception as error:  # a bug, not an operator error, unless RocksDB reports a damaged file
+        from store.damage import corruption_of  # here: only a failing command pays for the import
+
+        damage = corruption_of(error)
+        if damage is not None:
+            _fail(error, str(damage), damage.exit_code)
         hint = "" if _state["debug"] else " (rerun with --debug for the traceback)"
-        print_error(f"unexpected {type(error).__name__}: {error}{hint}")
-        _traceback_if_debug(error)
-        sys.exit(70)
+        _fail(error, f"unexpected {type(error).__name__}: {error}{hint}", 70)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ _USAGE_ERROR = next(base for base in typer.BadParameter.__mro__ if base.__name__
 
 def error_object(error: BaseException) -> dict[str, Any]:
     """The JSON a failed command prints with --json: what the error line says, split, and the exit code."""
+    from store.damage import corruption_of  # here: only a failing command pays for the import
+
+    error = corruption_of(error) or error  # RocksDB's report of a damaged file is the operator's, not a bug
     if isinstance(error, DedupeError):
         kind, message, hint, code = type(error).__name__, error.message, error.hint, error.exit_code
     elif isinstance(error, _USAGE_ERROR):  # an option or argument that does not parse
@@ -38,6 +41,7 @@ def json_errors(json_output: bool) -> Iterator[None]:
     except Exception as error:
         if json_output:
             print_json(error_object(error))
+            error.json_printed = True  # the entry point prints it only where no command did
         raise
 
 
