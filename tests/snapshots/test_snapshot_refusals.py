@@ -4,6 +4,7 @@ permission, a bad endpoint), with the same line and exit code under --debug and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -456,3 +457,33 @@ def test_ebs_snapshot_by_what_the_mount_table_shows_without_root(cli, ec2, tmp_p
     schedule(by_serial, holder)
     with pytest.raises(ConfigError, match=f"the data directory {by_serial} is not on volume {tagged_elsewhere}"):
         schedule(by_serial, tagged_elsewhere)
+
+
+def test_restore_reads_the_files_themselves_not_only_the_manifests_hashes(cli, tmp_path, make_store):
+    # a file damaged before the snapshot was taken, its hash in the manifest taken over the damage: the
+    # manifest agrees with the files, the store does not
+    data_dir = tmp_path / "data"
+    make_store(data_dir, "ev3", 0, 20_000)
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    created = json.loads(
+        cli("snapshot", "create", "-d", str(data_dir), "-p", "0", "--to", str(backups), "--json").stdout
+    )
+    snapshot = backups / created[0]["snapshot_id"]
+    table = max((snapshot / "store").glob("*.sst"), key=lambda file: file.stat().st_size)
+    data = bytearray(table.read_bytes())
+    data[16] ^= 0xFF  # a byte of its first data block
+    table.write_bytes(bytes(data))
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    for entry in manifest["files"]:
+        if entry["name"] == table.name:
+            entry["sha256"] = hashlib.sha256(bytes(data)).hexdigest()
+    (snapshot / "manifest.json").write_text(json.dumps(manifest))
+    assert cli("snapshot", "verify", created[0]["snapshot_id"], "--from", str(backups)).exit_code == 0
+
+    fresh = tmp_path / "fresh"
+    restore = cli("snapshot", "restore", created[0]["snapshot_id"], "--from", str(backups), "-d", str(fresh))
+    assert restore.exit_code == 2
+    line = one_error_line(restore.stderr)
+    assert "passed its checksums but is not a usable store" in line and table.name in line and "is damaged" in line
+    assert not store_path(fresh, "ev3", 0).exists(), "nothing placed"
