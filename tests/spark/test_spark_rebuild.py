@@ -23,7 +23,9 @@ from spark_support import (
 )
 
 from dedupectl.sample_events import SampleSpec, produce_sample
+from dedupectl.spark import rebuild_order
 from dedupectl.spark.rebuild import RebuildRequest, run_rebuild
+from dedupectl.spark.sources import PartitionRange
 from reconcile.scan import scan_output
 from store.aging import AgingPolicy, age_step
 from store.bulk_load import LoadLayout
@@ -132,6 +134,28 @@ def test_rebuild_holds_each_republished_id_at_its_latest_copy(make_pipeline, spa
     assert (summary.published, summary.duplicates) == (0, 140)
     counts = pipeline.output_counts()
     assert [counts[r.key] for r in retried] == [2] * 40 and sum(counts.values()) == 740
+
+
+def test_ranges_out_of_offset_order_are_numbered_by_spans(spark_session, monkeypatch):
+    """Read ranges that overlap in offsets (not what Spark's Kafka source gives, but possible): every keyed
+    record is still numbered by its rank in offset order, and each repeated id held at its latest copy."""
+    keys = [b"a", b"b", None, b"a", b"c", b"b", b"d", b"a"]
+    rows = [(key, 10 + 2 * n, BASE_MS + n) for n, key in enumerate(keys)]
+    records = spark_session.createDataFrame(rows, "key binary, offset long, timestamp_ms long").repartition(3)
+    by_spans = []
+    numbered_by_spans = rebuild_order._numbered_by_spans
+    monkeypatch.setattr(rebuild_order, "_numbered_by_spans", lambda *a: by_spans.append(1) or numbered_by_spans(*a))
+    ordered = rebuild_order.order_ids(records, PartitionRange(0, 10, 26))
+    assert by_spans  # the round-robin partitions overlap in offsets
+    try:
+        found = sorted(tuple(row) for row in ordered.numbered.collect())
+        assert (ordered.ids, ordered.keyed_records, ordered.unkeyed_records) == (4, 7, 1)
+    finally:
+        for frame in ordered.cached:
+            frame.unpersist()
+    keyed = [(key, 10 + 2 * n, BASE_MS + n) for n, key in enumerate(keys) if key is not None]
+    last = {key: seq for seq, (key, _, _) in enumerate(keyed)}
+    assert found == [(seq, key, stamp, offset, last[key] == seq) for seq, (key, offset, stamp) in enumerate(keyed)]
 
 
 def _recorded(store: DedupStore, ids: list[bytes]) -> dict[bytes, tuple[int | None, int | None, int | None]]:
