@@ -3,17 +3,19 @@
 This is what ``DedupStore.record`` writes, batch by batch, produced without the write path: the keys and
 digests come from ``store.codec``, the ``ids`` values and ``times`` deltas are computed here as arrays in the
 codec's layout (``codec.pack_times`` assembles each ``times`` value), so a bulk-loaded store and a recorded
-one hold the same ids under the same sequence numbers and timestamps (the Spark tests compare the two, and
-the ``times`` values byte for byte). The
-sequence is cut into batches (what a worker transaction records at most) and the batches into buckets (see
-``LoadLayout``): one ``ids`` SST file and one ``times`` SST file per bucket.
+one hold the same ids under the same sequence numbers, timestamps and output offsets (the tests compare the
+two, and the ``times`` values byte for byte). The sequence is cut into batches (what a worker transaction
+records at most) and the batches into buckets (see ``LoadLayout``): one ``ids`` SST file and one ``times``
+SST file per bucket.
 
 - ``ids``: each file holds one stretch of consecutive sequence numbers, with no bloom filter (as a sealed
   generation's run has none); ``ingest`` puts the files of each generation's stretch into its family
   (``store.generations``; a file that reaches into the next stretch is cut where it starts) and compacts a
-  generation of several files into one run.
-- ``times``: one key per batch, the batch's first sequence number; its timestamps and digest, as ``record``
-  writes them.
+  generation of several files into one run. A number whose id was recorded again under a later number (an
+  id aged out, then published again) holds no key, as in the worker's store once that id's old generation
+  is dropped; a stretch with no key left gets no file.
+- ``times``: one key per batch, the batch's first sequence number; its timestamps, output offsets (when
+  given) and digests of every number's id, as ``record`` writes them.
 
 An SST file needs its keys in ascending byte order. Callers may hand a bucket's rows in any order; when they
 come sorted by message id (Spark sorts bytes as RocksDB does) the encoded keys usually come out sorted too,
@@ -27,8 +29,8 @@ import operator
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from itertools import islice, pairwise
+from dataclasses import dataclass, replace
+from itertools import compress, islice, pairwise
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +44,7 @@ from store.codec import (
     batch_digests_joined,
     encode_fixed_ids_end_to_end,
     encode_ids,
+    encode_offsets,
     encode_seq,
     pack_times,
     seq_width,
@@ -76,12 +79,13 @@ DEFAULT_LAYOUT = LoadLayout()
 
 @dataclass(frozen=True)
 class BucketFiles:
-    """The SST files of one bucket: sequence numbers ``first_seq`` to ``first_seq + count - 1``."""
+    """The SST files of one bucket: sequence numbers ``first_seq`` to ``first_seq + count - 1``. ``ids_path`` is
+    None when the ``ids`` family holds none of them (each one's id was recorded again under a later number)."""
 
     bucket: int
     first_seq: int
     count: int
-    ids_path: Path
+    ids_path: Path | None
     times_path: Path
 
 
@@ -93,15 +97,20 @@ def write_bucket(
     timestamps_ms: Sequence[int],
     total_ids: int,
     layout: LoadLayout = DEFAULT_LAYOUT,
+    *,
+    offsets: Sequence[int] | None = None,
+    held: Sequence[bool] | None = None,
 ) -> BucketFiles:
     """Write the SST files of ``bucket`` from its ids, each with its sequence number and timestamp.
 
-    The three columns line up, in any order of rows (sorted by id is cheapest). ``total_ids`` is the store's
-    whole id count (the last bucket and batch may be short). Every sequence number of the bucket must be
-    present exactly once.
+    The columns line up, in any order of rows (sorted by id is cheapest). ``total_ids`` is the store's next
+    sequence number (the last bucket and batch may be short). Every sequence number of the bucket must be
+    present exactly once. ``offsets`` and ``held``: see ``write_bucket_places``.
     """
     places = np.asarray(seqs, dtype=np.int64) - bucket * layout.bucket_ids
-    return write_bucket_places(directory, bucket, places, ids, timestamps_ms, total_ids, layout)
+    return write_bucket_places(
+        directory, bucket, places, ids, timestamps_ms, total_ids, layout, offsets=offsets, held=held
+    )
 
 
 def write_bucket_places(
@@ -112,10 +121,17 @@ def write_bucket_places(
     timestamps_ms: Sequence[int] | np.ndarray,
     total_ids: int,
     layout: LoadLayout = DEFAULT_LAYOUT,
+    *,
+    offsets: Sequence[int] | np.ndarray | None = None,
+    held: Sequence[bool] | np.ndarray | None = None,
 ) -> BucketFiles:
     """``write_bucket`` with each id's place in the bucket (its sequence number minus the bucket's first).
 
     ``ids`` may also be a numpy array of byte strings of one length (what ``rebuild_lines.parse`` gives).
+    ``offsets``: the output offset each row was published at, for the ``times`` values (none when omitted).
+    ``held``: the rows whose id the ``ids`` family holds under this number (default all); the others are ids
+    recorded again under a later number, as when the worker publishes an aged-out id again: their numbers
+    keep their timestamps, offsets and a place in the digests, as ``record`` wrote them, but no ``ids`` key.
     The ids come in key order and the ``times`` family wants them in sequence order: that permutation, the
     checks and the values run as numpy array operations: a Python-level step per id (a random store into a
     large list misses the cache) would cost as much as RocksDB's own work for the id.
@@ -130,10 +146,16 @@ def write_bucket_places(
     places = np.asarray(places, dtype=np.int64)
     if places.min() < 0 or places.max() >= count:
         raise StoreCorruptError(f"bucket {bucket} got sequence numbers outside {span}")
-    keys, end_to_end, places, stamps_by_row = _keys_in_order(ids, places, np.asarray(timestamps_ms, dtype=np.int64))
+    rows = _Rows(
+        places,
+        np.asarray(timestamps_ms, dtype=np.int64),
+        None if offsets is None else np.asarray(offsets, dtype=np.int64),
+        np.ones(count, dtype=bool) if held is None else np.asarray(held, dtype=bool),
+    )
+    keys, end_to_end, rows = _keys_in_order(ids, rows)
     # each sequence number exactly once: the row holding each place, no slot left unfilled
     row_of_place = np.full(count, -1, dtype=np.int64)
-    row_of_place[places] = np.arange(count)
+    row_of_place[rows.places] = np.arange(count)
     if (row_of_place < 0).any():
         raise StoreCorruptError(f"bucket {bucket} lacks some of sequence numbers {span}")
 
@@ -143,23 +165,47 @@ def write_bucket_places(
         bucket, first_seq, count, directory / f"ids-{bucket:06d}.sst", directory / f"times-{bucket:06d}.sst"
     )
     batch_starts = range(first_seq, first_seq + count, layout.batch_ids)
-    _write_ids_file(files, keys, _seq_values(places, first_seq, count, layout.batch_ids))
-    # each batch's timestamps and digests, of its keys in sequence order, as record() makes them
-    stamps = stamps_by_row[row_of_place]
+    values = _seq_values(rows.places, first_seq, count, layout.batch_ids)
+    if rows.held.all():
+        _write_ids_file(files, keys, values)
+    elif rows.held.any():
+        _write_ids_file(files, list(compress(keys, rows.held)), list(compress(values, rows.held)))
+    else:  # an SST file cannot be empty
+        files = replace(files, ids_path=None)
+    # each batch's timestamps, offsets and digests (of every number's key), in sequence order, as record() makes them
+    stamps = rows.stamps[row_of_place]
+    offsets_by_place = None if rows.offsets is None else rows.offsets[row_of_place]
     digests_of = _digests_in_seq_order(keys, end_to_end, row_of_place)
     times = SstFileWriter(options=families[CF_TIMES])
     times.open(str(files.times_path))
     for batch_first in batch_starts:
         batch = slice(batch_first - first_seq, batch_first - first_seq + layout.batch_ids)
-        times[encode_seq(batch_first)] = _times_value(stamps[batch], digests_of(batch))
+        batch_offsets = None if offsets_by_place is None else offsets_by_place[batch].tolist()
+        times[encode_seq(batch_first)] = _times_value(stamps[batch], digests_of(batch), batch_offsets)
     times.finish()
     return files
 
 
-def _keys_in_order(
-    ids: Sequence[bytes] | np.ndarray, places: np.ndarray, stamps_by_row: np.ndarray
-) -> tuple[list[bytes], bytes | None, np.ndarray, np.ndarray]:
-    """The ids' keys in ascending byte order, an SST file's order, with their places and timestamps.
+@dataclass(frozen=True)
+class _Rows:
+    """A bucket's columns besides the ids, row by row: place, timestamp, output offset (or None), held."""
+
+    places: np.ndarray
+    stamps: np.ndarray
+    offsets: np.ndarray | None
+    held: np.ndarray
+
+    def taken(self, order: list[int]) -> _Rows:
+        return _Rows(
+            self.places[order],
+            self.stamps[order],
+            None if self.offsets is None else self.offsets[order],
+            self.held[order],
+        )
+
+
+def _keys_in_order(ids: Sequence[bytes] | np.ndarray, rows: _Rows) -> tuple[list[bytes], bytes | None, _Rows]:
+    """The ids' keys in ascending byte order, an SST file's order, with their rows.
 
     Rows sorted by id (Spark sorts bytes as RocksDB does) give sorted keys when the bucket holds one shape of
     id; else they are sorted here (sorted runs cost little). ``end_to_end`` is the keys joined, when known.
@@ -171,8 +217,8 @@ def _keys_in_order(
     if not all(map(operator.lt, keys, islice(keys, 1, None))):
         order = sorted(range(len(keys)), key=keys.__getitem__)
         keys, end_to_end = list(map(keys.__getitem__, order)), None
-        places, stamps_by_row = places[order], stamps_by_row[order]
-    return keys, end_to_end, places, stamps_by_row
+        rows = rows.taken(order)
+    return keys, end_to_end, rows
 
 
 def _write_ids_file(files: BucketFiles, keys: list[bytes], values) -> None:
@@ -195,14 +241,16 @@ def _ids_file_writer(path: Path) -> SstFileWriter:
     return writer
 
 
-def _times_value(stamps: np.ndarray, digests: bytes) -> bytes:
-    """``codec.encode_times(stamps, digests)``, its deltas computed and packed as one array."""
+def _times_value(stamps: np.ndarray, digests: bytes, offsets: list[int] | None = None) -> bytes:
+    """``codec.encode_times(stamps, digests, offsets)``, its deltas computed and packed as one array."""
     stamps = np.maximum(stamps, 0)  # a negative timestamp is read as 0
     deltas = np.diff(stamps)
+    packed_offsets = None if offsets is None else encode_offsets(offsets)
     for width in DELTA_WIDTHS:
         bound = 1 << (8 * width - 1)
         if not deltas.size or (deltas.min() >= -bound and deltas.max() < bound):
-            return pack_times(int(stamps[0]), width, deltas.astype(f">i{width}").tobytes(), len(stamps), digests)
+            packed = deltas.astype(f">i{width}").tobytes()
+            return pack_times(int(stamps[0]), width, packed, len(stamps), digests, packed_offsets)
     raise ValueError("a timestamp delta does not fit in 8 bytes")
 
 
@@ -278,6 +326,8 @@ def _generation_files(ordered: Sequence[BucketFiles], stretch: int) -> dict[int,
     that reaches past such a multiple is cut there."""
     by_generation: dict[int, list[str]] = {}
     for files in ordered:
+        if files.ids_path is None:
+            continue
         for first, path in _ids_pieces(files, stretch):
             by_generation.setdefault(first // stretch * stretch, []).append(str(path))
     return by_generation
@@ -295,14 +345,20 @@ def _ids_pieces(files: BucketFiles, stretch: int) -> list[tuple[int, Path]]:
     reader = Rdict(str(reader_path), options=generation_options(Cache(0), filtered=False))
     moved = IngestExternalFileOptions()
     moved.set_move_files(True)  # a hard link, not a copy: the bucket's file goes once it is cut
+    written = [False] * len(pieces)
     try:
         reader.ingest_external_file([str(files.ids_path)], moved)
         for key, value in reader.items():  # key order, each piece's order too
-            writers[bisect.bisect_right(firsts, int.from_bytes(value, "big")) - 1][key] = value
+            piece = bisect.bisect_right(firsts, int.from_bytes(value, "big")) - 1
+            writers[piece][key] = value
+            written[piece] = True
     finally:
         reader.close()
         Rdict.destroy(str(reader_path))
-    for writer in writers:
-        writer.finish()
+    for writer, path, wrote in zip(writers, pieces, written, strict=True):
+        if wrote:
+            writer.finish()
+        else:  # a stretch none of whose numbers holds its id (each recorded again later): an SST file cannot be empty
+            path.unlink(missing_ok=True)
     files.ids_path.unlink(missing_ok=True)  # moved files are unlinked by RocksDB itself
-    return list(zip(firsts, pieces, strict=True))
+    return [(first, path) for first, path, wrote in zip(firsts, pieces, written, strict=True) if wrote]

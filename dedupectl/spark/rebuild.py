@@ -1,17 +1,20 @@
 """``dedupectl rebuild --partition P``: a partition's store, built from the output topic in bulk.
 
 The worker's recovery would rebuild a lost store too, but record by record through the write path. Here
-Spark reads the output partition (read_committed) and computes what recovery would record, in four timed
-phases:
+Spark reads the output partition (read_committed) and computes the store the worker would have had, in
+four timed phases:
 
-1. ordering (``rebuild_order``): each id's first occurrence and its sequence number, its rank in offset order;
-2. hand-over (``rebuild_sst``, local master): Spark writes the numbered ids into one folder per bucket of
+1. ordering (``rebuild_order``): every keyed record's sequence number, its rank in offset order (as the worker
+   numbered what it published), and each id's latest copy, the one the store holds it under;
+2. hand-over (``rebuild_sst``, local master): Spark writes the numbered records into one folder per bucket of
    sequence numbers, each file sorted by id, in a compact binary line format (``rebuild_lines``);
 3. SST files: one Python task per bucket writes its ``ids`` and ``times`` files with rocksdict's
-   ``SstFileWriter`` through ``store.bulk_load`` (every key and value comes from ``store.codec``);
+   ``SstFileWriter`` through ``store.bulk_load`` (every key and value comes from ``store.codec``): ``times``
+   the timestamp, output offset and digests of every number, ``ids`` each id under its latest copy's number;
 4. ingest: the driver ingests the files into a fresh store (``ingest_external_file``) and sets its state:
-   the next sequence number, the first live one (0), the input offset (-1: unknown) and the output offset
-   the read ended at. The store is built beside the target and renamed into place when complete.
+   the next sequence number (the keyed records), the first live one (0), the input offset (-1: unknown) and
+   the output offset the read ended at. The store is built beside the target and renamed into place when
+   complete.
 
 The worker's recovery then reads only the output's tail from that offset. On a cluster (``ship_files``) the
 hand-over and the SST files are one phase: each bucket's lines travel to one task as one value and the
@@ -70,19 +73,19 @@ class RebuildReport:
     store: Path
     output_offsets: tuple[int, int]  # the output read: first retained offset, end offset
     records_read: int
-    ids: int
-    duplicate_records: int  # output records whose id was published before
+    ids: int  # distinct ids held, each under its latest copy's sequence number
+    duplicate_records: int  # keyed records whose id was published again later: numbered, their id held later
     unkeyed_records: int  # output records without a key: not the worker's, not recorded
     files: int
     sst_bytes: int
     state: StoreState
     replaced: Path | None  # where an existing store was moved
     seconds: float
-    seconds_ordering: float  # read, first occurrences, sequence numbers
+    seconds_ordering: float  # read, sequence numbers, latest copies
     seconds_writing: float  # SST files (on a cluster: with the hand-over)
     seconds_ingesting: float
-    seconds_handing_over: float = 0.0  # the numbered ids to the SST writers, sorted by id (local master)
-    without_duplicates: bool = True  # numbered the fast way: the output held no id twice
+    seconds_handing_over: float = 0.0  # the numbered records to the SST writers, sorted by id (local master)
+    without_duplicates: bool = True  # the output held no id twice: no shuffle to find latest copies
 
 
 @dataclass(frozen=True)
@@ -144,10 +147,10 @@ def run_rebuild(
             )
             ordering_done = time.monotonic()
             buckets, handing_over_done = _sst_files(spark, request, ordered, staging, step)
-            sst_bytes = sum(b.ids_path.stat().st_size + b.times_path.stat().st_size for b in buckets)
+            sst_bytes = sum(path.stat().st_size for b in buckets for path in (b.ids_path, b.times_path) if path)
             writing_done = time.monotonic()
             step("rebuild: ingesting the SST files into a fresh store")
-            state, replaced = _ingest(request, plan, buckets, ordered.ids, staging / "store")
+            state, replaced = _ingest(request, plan, buckets, ordered.keyed_records, staging / "store")
     finally:
         for frame in ordered.cached if ordered is not None else ():
             frame.unpersist()
@@ -177,31 +180,31 @@ def run_rebuild(
 def _sst_files(
     spark: SparkSession, request: RebuildRequest, ordered: Ordered, staging: Path, step: Callable[[str], None]
 ) -> tuple[list[bulk_load.BucketFiles], float]:
-    """Phases 2 and 3: the numbered ids handed over to the SST writers (local master), then the files written;
-    on a cluster the two are one. Returns the files and when the hand-over ended."""
-    total_ids = ordered.ids
+    """Phases 2 and 3: the numbered records handed over to the SST writers (local master), then the files
+    written; on a cluster the two are one. Returns the files and when the hand-over ended."""
+    numbers = ordered.keyed_records
     local = spark.sparkContext.master.startswith("local")
     ship = request.ship_files if request.ship_files is not None else not local
     folders: list[tuple[int, str]] = []
-    if total_ids and not ship:
-        step(f"rebuild: handing {total_ids:,} ids over to the SST writers")
-        folders = rebuild_sst.hand_over(ordered.numbered, staging, total_ids, request.layout)
+    if numbers and not ship:
+        step(f"rebuild: handing {numbers:,} records over to the SST writers")
+        folders = rebuild_sst.hand_over(ordered.numbered, staging, numbers, request.layout)
     handing_over_done = time.monotonic()
-    step(f"rebuild: writing SST files for {total_ids:,} ids")
+    step(f"rebuild: writing SST files for {numbers:,} sequence numbers, {ordered.ids:,} ids")
     buckets: list[bulk_load.BucketFiles] = []
-    if total_ids and ship:
-        buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", total_ids, request.layout)
-    elif total_ids:
-        buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", total_ids, request.layout)
+    if numbers and ship:
+        buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", numbers, request.layout)
+    elif numbers:
+        buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", numbers, request.layout)
     return buckets, handing_over_done
 
 
 def _ingest(
-    request: RebuildRequest, plan: _Plan, buckets: list[bulk_load.BucketFiles], total_ids: int, built: Path
+    request: RebuildRequest, plan: _Plan, buckets: list[bulk_load.BucketFiles], numbers: int, built: Path
 ) -> tuple[StoreState, Path | None]:
     """Phase 4: a fresh store at ``built`` from the files, its state set, renamed into place. Returns the state
     and where an existing store was moved (``--replace``)."""
-    state = StoreState(next_seq=total_ids, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop)
+    state = StoreState(next_seq=numbers, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop)
     bulk_load.ingest(
         built, topic=request.input_topic, partition=request.partition, buckets=buckets, state=state
     ).close()

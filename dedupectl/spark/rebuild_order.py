@@ -1,16 +1,16 @@
-"""The first half of ``dedupectl rebuild``: the output partition's ids, each with its sequence number.
+"""The first half of ``dedupectl rebuild``: every keyed output record with its sequence number.
 
-What the worker's recovery would record: the first occurrence of each id (a later copy is a duplicate the
-store never records), numbered 0, 1, 2, ... in offset order; records without a key (not the worker's) are
-skipped and counted.
+What the worker's store holds: the worker numbers each record it publishes with the next sequence number, so
+a record's number is its rank among the partition's keyed records, in offset order (records without a key are
+not the worker's: skipped and counted). An id published twice (a late retry of an id already aged out of the
+window, rightly published again) is held under its latest copy's number; the numbers of its earlier copies
+keep their timestamps and offsets in ``times`` (as the worker recorded them) but hold no id.
 
-Usually the output holds no duplicate at all (the worker publishes each id once). Then every keyed record
-is a first occurrence and its sequence number is its rank among the keyed records: Spark's Kafka source
-reads the partition in a few contiguous offset ranges, in offset order, so each record's rank is its range's
-first rank plus its row number within the range, with no shuffle and no sort. One aggregation on 64-bit
-hashes of the ids proves there is no duplicate (equal hashes send it the general way, to be exact).
-Otherwise each id's first occurrence is found by grouping, and numbered by a row number over spans of
-offsets (the general way).
+The ranks cost no shuffle and no sort: Spark's Kafka source reads the partition in a few contiguous offset
+ranges, in offset order, so each record's rank is its range's first rank plus its row number within the
+range. (Ranges that overlap are numbered by a row number over equal spans of offsets instead.) One
+aggregation on 64-bit hashes of the ids proves that no id repeats, and then every record holds its id. Else
+(or when two ids share a hash) a window over each id finds its latest copy: a shuffle, only then.
 """
 
 from __future__ import annotations
@@ -30,19 +30,20 @@ ROW_BITS = 33  # monotonically_increasing_id: partition index above bit 33, row 
 
 @dataclass(frozen=True)
 class Ordered:
-    """``numbered``: one row per id to record (``seq``, ``id``, ``timestamp_ms``); the counts of the read."""
+    """``numbered``: one row per keyed record (``seq``, ``id``, ``timestamp_ms``, ``offset``, ``held``: whether
+    the store holds the id under this number, i.e. no later copy of it follows); the counts of the read."""
 
     numbered: DataFrame
-    ids: int
-    keyed_records: int
+    ids: int  # distinct ids: the rows held
+    keyed_records: int  # sequence numbers
     unkeyed_records: int
-    without_duplicates: bool  # numbered by the fast way
+    without_duplicates: bool  # no id repeats: every row held, found without a shuffle
     cached: tuple[DataFrame, ...]  # to unpersist once the ids are written
 
 
 def order_ids(records: DataFrame, output_range: PartitionRange) -> Ordered:
-    """Number the ids of ``records`` (the output partition over ``output_range``, as ``kafka_records``
-    gives it). The read is cached: it is used again when the numbered ids are written."""
+    """Number the keyed records of ``records`` (the output partition over ``output_range``, as
+    ``kafka_records`` gives it). The read is cached: it is used again when the numbered ids are written."""
     read = records.select(output_id(F.col("key")).alias("id"), "offset", "timestamp_ms").persist(
         StorageLevel.MEMORY_AND_DISK_DESER
     )
@@ -55,16 +56,20 @@ def order_ids(records: DataFrame, output_range: PartitionRange) -> Ordered:
     keyed_records = sum(row["rows"] for row in ranges)
     unkeyed = read.count() - keyed_records
     starts = _range_starts(ranges)
-    if starts is not None and not _any_repeated_id(keyed):
+    if starts is not None:
         first_seq = F.element_at(
             F.array(*[F.lit(seq).cast("long") for seq in starts]), F.shiftright("row", ROW_BITS).cast("int") + 1
         )
         in_range = F.col("row").bitwiseAND((1 << ROW_BITS) - 1)
-        numbered = keyed.select((first_seq + in_range).alias("seq"), "id", "timestamp_ms")
-        return Ordered(numbered, keyed_records, keyed_records, unkeyed, True, (read,))
-    firsts = _first_occurrences(read).persist(StorageLevel.MEMORY_AND_DISK_DESER)
-    numbered, ids = _numbered_by_spans(firsts, output_range, read.sparkSession.sparkContext.defaultParallelism)
-    return Ordered(numbered, ids, keyed_records, unkeyed, False, (firsts, read))
+        numbered = keyed.select((first_seq + in_range).alias("seq"), "id", "timestamp_ms", "offset")
+    else:
+        parallelism = read.sparkSession.sparkContext.defaultParallelism
+        numbered = _numbered_by_spans(keyed.drop("row"), output_range, parallelism)
+    if not _any_repeated_id(keyed):
+        return Ordered(numbered.withColumn("held", F.lit(True)), keyed_records, keyed_records, unkeyed, True, (read,))
+    numbered = _latest_copies(numbered).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    ids = numbered.where("held").count()
+    return Ordered(numbered, ids, keyed_records, unkeyed, False, (numbered, read))
 
 
 def _range_starts(ranges: list) -> list[int] | None:
@@ -84,39 +89,32 @@ def _range_starts(ranges: list) -> list[int] | None:
 
 
 def _any_repeated_id(keyed: DataFrame) -> bool:
-    # hashes are 8 bytes against an id's ~36: a smaller shuffle. A collision only costs the general way.
+    # hashes are 8 bytes against an id's ~36: a smaller shuffle. A collision only costs the window by id.
     (most,) = keyed.groupBy(F.xxhash64("id")).count().agg(F.max("count")).first()
     return (most or 0) > 1
 
 
-def _first_occurrences(read: DataFrame) -> DataFrame:
-    """One row per keyed id: the offset and timestamp of its first occurrence."""
-    return (
-        read.where(F.col("id").isNotNull())
-        .groupBy("id")
-        .agg(
-            F.min("offset").alias("offset"),
-            F.min_by("timestamp_ms", "offset").alias("timestamp_ms"),  # a hash aggregation, unlike min(struct)
-        )
-    )
+def _latest_copies(numbered: DataFrame) -> DataFrame:
+    """``numbered`` with ``held``: true on each id's last copy in offset order, the one the worker's store holds."""
+    latest = F.max("offset").over(Window.partitionBy("id"))
+    return numbered.withColumn("held", F.col("offset") == latest)
 
 
-def _numbered_by_spans(firsts: DataFrame, output_range: PartitionRange, parallelism: int) -> tuple[DataFrame, int]:
-    """The first occurrences with their sequence numbers (rank by offset), and how many they are. Offsets
-    are cut into equal spans; the driver turns each span's id count into its first sequence number, and a row
-    number within the span (ordered by offset) does the rest."""
+def _numbered_by_spans(keyed: DataFrame, output_range: PartitionRange, parallelism: int) -> DataFrame:
+    """The keyed records with their sequence numbers (rank by offset). Offsets are cut into equal spans; the
+    driver turns each span's record count into its first sequence number, and a row number within the span
+    (ordered by offset) does the rest."""
     spans = max(parallelism * 2, output_range.size // 1_000_000, 1)
     width = max(-(-output_range.size // spans), 1)
     span = F.floor((F.col("offset") - output_range.start) / width).cast("int")
-    per_span = firsts.groupBy(span.alias("span")).agg(F.count(F.lit(1)).alias("ids")).collect()
-    counts = {row["span"]: row["ids"] for row in per_span}
+    per_span = keyed.groupBy(span.alias("span")).agg(F.count(F.lit(1)).alias("records")).collect()
+    counts = {row["span"]: row["records"] for row in per_span}
     first_seq, running = [], 0
     for number in range(spans):
         first_seq.append(running)
         running += counts.get(number, 0)
     starts = F.array(*[F.lit(seq).cast("long") for seq in first_seq])
     in_span = F.row_number().over(Window.partitionBy("span").orderBy("offset")) - 1
-    numbered = firsts.withColumn("span", span).select(
-        (F.element_at(starts, F.col("span") + 1) + in_span).alias("seq"), "id", "timestamp_ms"
+    return keyed.withColumn("span", span).select(
+        (F.element_at(starts, F.col("span") + 1) + in_span).alias("seq"), "id", "timestamp_ms", "offset"
     )
-    return numbered, running

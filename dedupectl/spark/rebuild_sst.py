@@ -1,8 +1,9 @@
-"""The second half of ``dedupectl rebuild``: the numbered ids into sorted SST files, one pair per bucket.
+"""The second half of ``dedupectl rebuild``: the numbered records into sorted SST files, one pair per bucket.
 
 The sequence is cut into buckets (``store.bulk_load.LoadLayout``); a Python task writes each bucket's
-``ids`` and ``times`` files with ``store.bulk_load`` (every key and value from ``store.codec``). Two ways to
-get a bucket's ids to its task:
+``ids`` and ``times`` files with ``store.bulk_load`` (every key and value from ``store.codec``): ``times``
+takes every number, ``ids`` the ids held under them (not those recorded again under a later number). Two
+ways to get a bucket's records to its task:
 
 - local master (the executors share the driver's disk): Spark writes each bucket's lines into a folder of
   its own, each file sorted by id, without a shuffle; one task per bucket reads its folder and writes the
@@ -30,21 +31,37 @@ from store import bulk_load
 CHUNK_BYTES = 8 * 1024 * 1024  # SST files travel to the driver in pieces this big (cluster masters)
 
 
-def bucket_count(total_ids: int, layout: bulk_load.LoadLayout) -> int:
-    return layout.bucket_of(total_ids - 1) + 1 if total_ids else 0
+def bucket_count(numbers: int, layout: bulk_load.LoadLayout) -> int:
+    return layout.bucket_of(numbers - 1) + 1 if numbers else 0
 
 
 def _bucketed(numbered: DataFrame, layout: bulk_load.LoadLayout) -> DataFrame:
-    """(bucket, line) for each numbered id: the line holds its place in the bucket, timestamp and id."""
+    """(bucket, line) for each numbered record: the line holds its place in the bucket, timestamp, output
+    offset, whether its id is held there, and the id."""
     bucket = F.floor(F.col("seq") / layout.bucket_ids).cast("long")
     place = F.col("seq") - bucket * layout.bucket_ids
-    line = rebuild_lines.line(F.col("id"), place, F.col("timestamp_ms"))
+    line = rebuild_lines.line(F.col("id"), place, F.col("timestamp_ms"), F.col("offset"), F.col("held"))
     return numbered.select(bucket.alias("bucket"), line.alias("line"))
 
 
-def hand_over(
-    numbered: DataFrame, staging: Path, total_ids: int, layout: bulk_load.LoadLayout
-) -> list[tuple[int, str]]:
+def _write_lines(
+    directory: Path, bucket: int, lines: rebuild_lines.Lines, numbers: int, layout: bulk_load.LoadLayout
+) -> bulk_load.BucketFiles:
+    """One bucket's SST files from its parsed lines (``numbers``: the store's next sequence number)."""
+    return bulk_load.write_bucket_places(
+        directory,
+        bucket,
+        lines.places,
+        lines.ids,
+        lines.stamps,
+        numbers,
+        layout,
+        offsets=lines.offsets,
+        held=lines.held,
+    )
+
+
+def hand_over(numbered: DataFrame, staging: Path, numbers: int, layout: bulk_load.LoadLayout) -> list[tuple[int, str]]:
     """Local master: Spark writes each bucket's lines into a folder of its own, each file sorted by id;
     returns (bucket, folder) for each bucket.
 
@@ -59,7 +76,7 @@ def hand_over(
     ordered = numbered.sortWithinPartitions(F.coalesce(unprefixed, message_id))
     unsorted_writes = {
         "spark.sql.optimizer.plannedWrite.enabled": "false",
-        "spark.sql.maxConcurrentOutputFileWriters": str(bucket_count(total_ids, layout) + 1),
+        "spark.sql.maxConcurrentOutputFileWriters": str(bucket_count(numbers, layout) + 1),
     }
     with _session_conf(numbered.sparkSession, unsorted_writes):
         _bucketed(ordered, layout).write.partitionBy("bucket").text(str(text_dir))
@@ -83,31 +100,35 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
 
 
 def write_handed_over(
-    spark: SparkSession, folders: list[tuple[int, str]], sst_dir: Path, total_ids: int, layout: bulk_load.LoadLayout
+    spark: SparkSession, folders: list[tuple[int, str]], sst_dir: Path, numbers: int, layout: bulk_load.LoadLayout
 ) -> list[bulk_load.BucketFiles]:
     """Local master: one task per bucket writes its SST files into ``sst_dir`` from its folder of lines."""
-    write = partial(_write_folder, target=str(sst_dir), total_ids=total_ids, layout=layout)
+    write = partial(_write_folder, target=str(sst_dir), numbers=numbers, layout=layout)
     written = spark.sparkContext.parallelize(folders, len(folders)).map(write).collect()
-    return [bulk_load.BucketFiles(b, first, count, Path(i), Path(t)) for b, first, count, i, t in written]
+    return [
+        bulk_load.BucketFiles(b, first, count, None if i is None else Path(i), Path(t))
+        for b, first, count, i, t in written
+    ]
 
 
 def _write_folder(
-    job: tuple[int, str], target: str, total_ids: int, layout: bulk_load.LoadLayout
-) -> tuple[int, int, int, str, str]:
+    job: tuple[int, str], target: str, numbers: int, layout: bulk_load.LoadLayout
+) -> tuple[int, int, int, str | None, str]:
     """Executor side (local master): the SST files of one bucket from the files Spark wrote for it."""
     bucket, folder = job
-    places, stamps, ids = rebuild_lines.parse([part.read_bytes() for part in sorted(Path(folder).glob("part-*"))])
-    files = bulk_load.write_bucket_places(Path(target), bucket, places, ids, stamps, total_ids, layout)
-    return bucket, files.first_seq, files.count, str(files.ids_path), str(files.times_path)
+    lines = rebuild_lines.parse([part.read_bytes() for part in sorted(Path(folder).glob("part-*"))])
+    files = _write_lines(Path(target), bucket, lines, numbers, layout)
+    ids_path = None if files.ids_path is None else str(files.ids_path)
+    return bucket, files.first_seq, files.count, ids_path, str(files.times_path)
 
 
 def write_shipped(
-    numbered: DataFrame, sst_dir: Path, total_ids: int, layout: bulk_load.LoadLayout
+    numbered: DataFrame, sst_dir: Path, numbers: int, layout: bulk_load.LoadLayout
 ) -> list[bulk_load.BucketFiles]:
     """Cluster: each bucket's lines travel to one task as one value (the buckets spread over the tasks by
     routing keys), and the finished SST files back to the driver in chunks, one task at a time."""
     sst_dir.mkdir(parents=True, exist_ok=True)
-    count = bucket_count(total_ids, layout)
+    count = bucket_count(numbers, layout)
     routes = F.array(*[F.lit(key).cast("long") for key in _routing_keys(numbered.sparkSession, count)])
     texts = (
         _bucketed(numbered, layout)
@@ -118,7 +139,7 @@ def write_shipped(
         .select("bucket", "lines")
     )
     buckets, handles = [], {}
-    produced = texts.rdd.mapPartitions(partial(_ship_buckets, total_ids=total_ids, layout=layout))
+    produced = texts.rdd.mapPartitions(partial(_ship_buckets, numbers=numbers, layout=layout))
     for item in produced.toLocalIterator(prefetchPartitions=True):
         if item[0] == "chunk":
             _, name, data = item
@@ -127,8 +148,10 @@ def write_shipped(
         else:
             _, bucket, first, ids, ids_name, times_name = item
             for name in (ids_name, times_name):
-                handles.pop(name).close()
-            buckets.append(bulk_load.BucketFiles(bucket, first, ids, sst_dir / ids_name, sst_dir / times_name))
+                if name is not None:
+                    handles.pop(name).close()
+            ids_path = None if ids_name is None else sst_dir / ids_name
+            buckets.append(bulk_load.BucketFiles(bucket, first, ids, ids_path, sst_dir / times_name))
     return buckets
 
 
@@ -149,19 +172,21 @@ def _routing_keys(spark: SparkSession, count: int) -> list[int]:
     return [keys[task] for task in range(count)]
 
 
-def _ship_buckets(rows: Iterator[Any], total_ids: int, layout: bulk_load.LoadLayout) -> Iterator[tuple[Any, ...]]:
+def _ship_buckets(rows: Iterator[Any], numbers: int, layout: bulk_load.LoadLayout) -> Iterator[tuple[Any, ...]]:
     """Executor side (cluster): write each bucket's SST files in local scratch space and send them back in
     chunks, then one row saying which bucket they were."""
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-sst-"))
     try:
         for bucket, lines in rows:
-            places, stamps, ids = rebuild_lines.parse([bytes(lines)])
-            files = bulk_load.write_bucket_places(scratch, bucket, places, ids, stamps, total_ids, layout)
+            files = _write_lines(scratch, bucket, rebuild_lines.parse([bytes(lines)]), numbers, layout)
             for path in (files.ids_path, files.times_path):
+                if path is None:
+                    continue
                 with open(path, "rb") as handle:
                     while data := handle.read(CHUNK_BYTES):
                         yield ("chunk", path.name, data)
                 path.unlink()
-            yield ("bucket", bucket, files.first_seq, files.count, files.ids_path.name, files.times_path.name)
+            ids_name = None if files.ids_path is None else files.ids_path.name
+            yield ("bucket", bucket, files.first_seq, files.count, ids_name, files.times_path.name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

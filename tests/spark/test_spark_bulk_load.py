@@ -12,7 +12,7 @@ import pytest
 from dedupectl.errors import StoreCorruptError
 from store.aging import AgingPolicy, age_step
 from store.bulk_load import LoadLayout, _times_value, ingest, write_bucket
-from store.codec import StoreState, batch_digests, encode_ids, encode_times
+from store.codec import CF_TIMES, StoreState, batch_digests, encode_ids, encode_times
 from store.dedup_store import DedupStore
 from store.footprint import ids_files
 
@@ -65,6 +65,71 @@ def test_bulk_load_equals_record(tmp_path, kinds, generations_of):
         assert [(first, end - 1) for _, first, end in store.id_families()] == [(0, 199), (200, 399), (400, 529)]
         assert age_step(store, AgingPolicy(max_keys=300)).generations_dropped == 1
         assert store.contains_many([ids[199], ids[230], ids[529]]) == [False, True, True]
+
+
+def test_an_id_recorded_again_is_held_under_its_later_number_as_record_leaves_it(tmp_path, generations_of):
+    """Ids aged out and recorded again under later numbers (late retries the worker rightly published again):
+    the bulk load holds each under its later number only; its earlier number keeps its timestamp, output offset
+    and place in the digests, so the ``times`` values are those record() wrote, byte for byte."""
+    generations_of(LAYOUT.bucket_ids)
+    ids = _ids(300)
+    sequence = ids + ids[:30]  # numbers 300-329: ids[0:30] again
+    stamps = [1_790_000_000_000 + 7 * n for n in range(len(sequence))]
+    offsets = [2 * n + 5 for n in range(len(sequence))]  # a transaction marker after each record
+    with DedupStore.open(tmp_path / "recorded", topic="t", partition=0) as store:
+        for start in range(0, len(sequence), LAYOUT.batch_ids):
+            if start == 300:
+                age_step(store, AgingPolicy(max_keys=200))  # ids[0:30] aged out: the worker publishes them again
+            stop = start + LAYOUT.batch_ids
+            store.record(sequence[start:stop], stamps[start:stop], output_offsets=offsets[start:stop])
+        age_step(store, AgingPolicy(max_keys=200))
+        recorded = _contents(store), _times_values(store), store.output_offsets(range(130, 330))
+
+    held = [n >= 30 for n in range(len(sequence))]
+    buckets = []
+    for bucket, first in enumerate(range(0, len(sequence), LAYOUT.bucket_ids)):
+        rows = sorted(range(first, min(first + LAYOUT.bucket_ids, len(sequence))), key=sequence.__getitem__)
+        columns = [[column[n] for n in rows] for column in (sequence, stamps, offsets, held)]
+        bucket_ids, bucket_stamps, bucket_offsets, bucket_held = columns
+        buckets.append(
+            write_bucket(tmp_path / "sst", bucket, rows, bucket_ids, bucket_stamps, len(sequence), LAYOUT,
+                         offsets=bucket_offsets, held=bucket_held)
+        )  # fmt: skip
+    state = StoreState(next_seq=len(sequence), first_live_seq=0, input_offset=-1, output_offset=700)
+    with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
+        assert [found[0] for found in store.lookup_many(ids[:30])] == list(range(300, 330))
+        assert store.output_offsets(range(len(sequence))) == offsets
+        assert store.match_digests(encode_ids(sequence), 0) == []  # the digests are of every number's id
+        age_step(store, AgingPolicy(max_keys=200))
+        assert (_contents(store), _times_values(store), store.output_offsets(range(130, 330))) == recorded
+
+
+def test_a_bucket_whose_ids_are_all_recorded_again_has_no_ids_file(tmp_path, generations_of):
+    """Numbers 0-299 hold no id (each recorded again at 300-599): the first bucket gets no ``ids`` file, the
+    second's piece below 300 none either (an SST file cannot be empty); the numbers keep their timestamps."""
+    generations_of(150)
+    ids = _ids(300)
+    sequence = ids + ids
+    stamps = [1_790_000_000_000 + n for n in range(len(sequence))]
+    held = [n >= 300 for n in range(len(sequence))]
+    buckets = [
+        write_bucket(tmp_path / "sst", bucket, list(range(first, first + 200)), sequence[first : first + 200],
+                     stamps[first : first + 200], len(sequence), LAYOUT, held=held[first : first + 200])
+        for bucket, first in enumerate(range(0, len(sequence), 200))
+    ]  # fmt: skip
+    assert buckets[0].ids_path is None and all(b.ids_path is not None for b in buckets[1:])
+    state = StoreState(next_seq=len(sequence), first_live_seq=0, input_offset=-1, output_offset=700)
+    with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
+        assert [first for _, first, _ in store.id_families()] == [300, 450]
+        assert [found[0] for found in store.lookup_many(ids)] == list(range(300, 600))
+        assert store.timestamps(range(len(sequence))) == stamps
+        store.record([b"after-the-load"], [stamps[-1]])
+        assert store.lookup_many([b"after-the-load"]) == [(600, stamps[-1])]
+    assert not list((tmp_path / "sst").glob("ids-*"))  # the pieces written and the empty one left behind are gone
+
+
+def _times_values(store: DedupStore) -> dict[bytes, bytes]:
+    return dict(store.family(CF_TIMES).items())
 
 
 def test_bulk_load_refuses_incomplete_or_doubled_input(tmp_path):

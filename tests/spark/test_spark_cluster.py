@@ -20,9 +20,9 @@ from spark_support import (
     check_lost_and_extra_audit,
     check_messy_output_rebuild,
     check_worker_behind_replay,
+    latest_copies,
     lost_and_extra,
     messy_output,
-    recovered_store,
     run_cli,
     store_contents,
     worker_behind,
@@ -130,7 +130,7 @@ def test_replay_on_the_cluster_run_by_path(make_pipeline, spark_cluster):
     check_worker_behind_replay(pipeline, records, json.loads(result.stdout))
 
 
-def test_rebuild_on_the_cluster_equals_recovery(make_pipeline, spark_cluster, tmp_path):
+def test_rebuild_on_the_cluster_holds_each_id_at_its_latest_copy(make_pipeline, spark_cluster, tmp_path):
     pipeline = make_pipeline(partitions=1)
     messy_output(pipeline)
     data_dir = tmp_path / "rebuilt"
@@ -143,7 +143,7 @@ def test_rebuild_on_the_cluster_equals_recovery(make_pipeline, spark_cluster, tm
     assert report["store"] == str(rebuilt)
     # the SST files came back from the executors to the driver, which wrote the store on its own host
     _doc_says("The SST files of `rebuild` travel back to the driver, which writes the store")
-    assert store_contents(rebuilt) == store_contents(recovered_store(pipeline, tmp_path / "recovered"))
+    assert store_contents(rebuilt) == latest_copies(pipeline)
 
 
 def test_the_code_is_not_shipped_an_interpreter_without_dedupectl_fails_in_one_line(

@@ -454,7 +454,7 @@ def _render_rebuild(report) -> None:
     state = report.state
     print_table(
         f"rebuild {report.store}",
-        ["partition", "output offsets", "records read", "ids", "duplicates skipped", "SST files", "next seq"],
+        ["partition", "output offsets", "records read", "ids", "repeats", "SST files", "next seq"],
         [
             (
                 report.partition,
