@@ -4,7 +4,8 @@ against the floor, store size, last commit age and a verdict, from any host that
 Where each figure comes from:
 - Kafka (always): the input's end offsets, the group's committed offsets (lag, and messages/s from two reads),
   the group's members and their assignments (owner: the static member id is the worker id);
-- the workers' metrics endpoints (``--metrics``): window, store bytes, refusals, the worker's last commit;
+- the workers' metrics endpoints (``--metrics``): window, store bytes, refusals, the worker's last commit, and
+  whether a partition's owner is still alive (an endpoint on its host that refuses connections says it is not);
 - data directories readable from here (``--data-dir``): window, store bytes and refusals from the stores
   (opened as secondaries, as ``dedupectl window`` does), and the hosts in the workers' status files.
 A figure that none of these gives is left empty, and the report says why in ``unavailable``.
@@ -13,6 +14,7 @@ A figure that none of these gives is left empty, and the report says why in ``un
 from __future__ import annotations
 
 import dataclasses
+import socket
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -35,10 +37,13 @@ from store.worker_status import is_live, read_statuses
 DEFAULT_FLOOR_S = 24 * 3600.0
 DEFAULT_STALL_S = 300.0
 DEFAULT_MAX_LAG = 1000
+REACH_TIMEOUT_S = 5.0  # a look at the fleet names an unreachable broker this soon, instead of waiting it out
+READ_ONLY_ADVICE = "check the bootstrap servers (-b / bootstrap_servers), the network and the brokers"
 
-# verdicts, worst first; the first four page (exit 1), LAGGING is a warning
-REFUSED, BELOW_FLOOR, NO_OWNER, STALLED, LAGGING, OK = "REFUSED", "BELOW FLOOR", "NO OWNER", "STALLED", "LAGGING", "ok"
-FAILING = (REFUSED, BELOW_FLOOR, NO_OWNER, STALLED)
+# verdicts, worst first; all but LAGGING and ok page (exit 1), LAGGING is a warning
+REFUSED, BELOW_FLOOR, NO_OWNER, ENDPOINT_DOWN = "REFUSED", "BELOW FLOOR", "NO OWNER", "ENDPOINT DOWN"
+STALLED, LAGGING, OK = "STALLED", "LAGGING", "ok"
+FAILING = (REFUSED, BELOW_FLOOR, NO_OWNER, ENDPOINT_DOWN, STALLED)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class StatusRequest:
     kafka: KafkaConfig
     input_topic: str
     group_id: str
+    output_topic: str | None = None  # checked to exist, so a mistyped name is refused, not shown as a fleet
     data_dirs: tuple[Path, ...] = ()
     metrics: tuple[str, ...] = ()
     floor_s: float = DEFAULT_FLOOR_S
@@ -74,6 +80,7 @@ class StoreFigures:
     last_commit_at: dict[int, float | None] = field(default_factory=dict)  # per partition, from its endpoint
     hosts: dict[str, str] = field(default_factory=dict)  # worker id -> host name, from status files
     unavailable: tuple[str, ...] = ()
+    down_hosts: frozenset[str] = frozenset()  # addresses of the endpoints that refused connections
 
 
 @dataclass(frozen=True)
@@ -139,8 +146,10 @@ def committed_offsets(reader: Consumer, tps: list[TopicPartition], timeout_s: fl
 
 
 def kafka_sample(clients: _Clients, request: StatusRequest, partitions: int | None = None) -> KafkaSample:
-    """Kafka's side, retried through transient faults (a leader moving) for at most the Kafka timeout."""
-    policy = RetryPolicy(bound_s=request.kafka.timeout_s, max_delay_s=1.0)
+    """Kafka's side, retried through transient faults (a leader moving) for at most the Kafka timeout; the
+    first sample checks the topics, and names an unreachable broker within ``REACH_TIMEOUT_S``."""
+    partitions = partitions or input_partitions(clients, request)
+    policy = RetryPolicy(bound_s=request.kafka.timeout_s, max_delay_s=1.0, advice=READ_ONLY_ADVICE)
     what = f"reading group {request.group_id} and topic {request.input_topic}"
     try:
         return with_retries(lambda: _kafka_sample(clients, request, partitions), what, policy)
@@ -148,9 +157,15 @@ def kafka_sample(clients: _Clients, request: StatusRequest, partitions: int | No
         raise BrokerError(f"{what}: {describe(error)}", "check the group id, the topic and the ACLs") from error
 
 
-def _kafka_sample(clients: _Clients, request: StatusRequest, partitions: int | None) -> KafkaSample:
+def input_partitions(clients: _Clients, request: StatusRequest) -> int:
+    """The input's partition count, once both topics are known to exist."""
+    kafka = dataclasses.replace(request.kafka, timeout_s=min(request.kafka.timeout_s, REACH_TIMEOUT_S))
+    topics = [request.input_topic, *([request.output_topic] if request.output_topic else [])]
+    return partition_counts(kafka, topics, clients.admin)[request.input_topic]
+
+
+def _kafka_sample(clients: _Clients, request: StatusRequest, count: int) -> KafkaSample:
     kafka, topic, group, admin = request.kafka, request.input_topic, request.group_id, clients.admin
-    count = partitions or partition_counts(kafka, [topic], admin)[topic]
     tps = [TopicPartition(topic, p) for p in range(count)]
     timeout = kafka.timeout_s
     ends_f = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, request_timeout=timeout)
@@ -227,13 +242,23 @@ def gather_stores(request: StatusRequest) -> StoreFigures:
         for partition, figure in result.partitions.items():
             figures[partition], sources[partition] = figure, result.url
             last_commit[partition] = result.last_commit_at
-    return StoreFigures(figures, sources, last_commit, hosts, tuple(notes))
+    down = frozenset(address for result in scrapes if result.refused for address in _addresses(result.host))
+    return StoreFigures(figures, sources, last_commit, hosts, tuple(notes), down)
+
+
+def _addresses(host: str) -> set[str]:
+    """The addresses a host name stands for, as the group reports its members' (a name that does not resolve
+    matches none)."""
+    try:
+        return {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return set()
 
 
 # -- putting it together -------------------------------------------------------------------------------------
 
 
-def _verdict(request: StatusRequest, row: dict) -> str:
+def _verdict(request: StatusRequest, row: dict, endpoint_down: bool) -> str:
     window, lag, age = row["window_seconds"], row["lag"], row["last_commit_age_s"]
     if row["refused"]:
         return REFUSED
@@ -241,6 +266,8 @@ def _verdict(request: StatusRequest, row: dict) -> str:
         return BELOW_FLOOR
     if row["worker_id"] is None:
         return NO_OWNER
+    if endpoint_down:
+        return ENDPOINT_DOWN
     if lag and age is not None and age > request.stall_s:
         return STALLED
     if lag is not None and lag > request.max_lag:
@@ -277,7 +304,17 @@ def partition_status(
         "refused": figure.refused,
         "store_figures_from": stores.sources.get(p),
     }
-    return PartitionStatus(**row, verdict=_verdict(request, row))
+    return PartitionStatus(**row, verdict=_verdict(request, row, _endpoint_down(now, stores, p)))
+
+
+def _endpoint_down(now: KafkaSample, stores: StoreFigures, partition: int) -> bool:
+    """The partition's owner answers on no endpoint given, and an endpoint on its host refused connections: its
+    process is gone, though the group counts it as the owner until its session times out."""
+    worker, client_host = now.owners.get(partition, (None, None))
+    if worker is None or client_host not in stores.down_hosts:
+        return False
+    answering = {now.owners[p][0] for p in stores.last_commit_at if p in now.owners}
+    return worker not in answering
 
 
 def _unavailable(request: StatusRequest, now: KafkaSample, before: KafkaSample | None, stores: StoreFigures):

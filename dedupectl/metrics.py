@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import platform
 import resource
 import shutil
@@ -12,6 +13,7 @@ from confluent_kafka import libversion
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from dedupectl import __version__
+from store.errors import ConfigError
 
 _LABEL = ("partition",)
 
@@ -144,8 +146,25 @@ class WorkerMetrics:
 
     def serve(self, port: int, host: str) -> int:
         """Serve /metrics; returns the bound port (useful with port 0)."""
-        server, _ = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            server, _ = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as error:
+            raise _unservable(port, host, error) from error
         return server.server_port
+
+
+def _unservable(port: int, host: str, error: OSError) -> ConfigError:
+    """A port or address the worker cannot bind is the operator's to change, not a bug."""
+    where = f"cannot serve metrics on {host}:{port}"
+    if error.errno == errno.EADDRINUSE:
+        return ConfigError(
+            f"{where}: the port is in use by another process",
+            "stop it, or give this worker another --metrics-port (0 picks a free one)",
+        )
+    if error.errno == errno.EACCES:
+        return ConfigError(f"{where}: permission denied", "use a port above 1023, or 0 for a free one")
+    reason = error.strerror or str(error)
+    return ConfigError(f"{where}: {reason}", "give --metrics-host an address of this machine, or 0.0.0.0")
 
 
 def peak_rss_bytes() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -30,6 +31,11 @@ class Scrape:
     partitions: dict[int, PartitionFigures] = field(default_factory=dict)
     last_commit_at: float | None = None  # Unix time; None before the worker's first commit
     version: str | None = None
+    refused: bool = False  # nothing listens there: unlike a timeout, the worker's process is gone
+
+    @property
+    def host(self) -> str:
+        return urllib.parse.urlsplit(self.url).hostname or ""
 
 
 def metrics_url(target: str) -> str:
@@ -46,7 +52,7 @@ def scrape(target: str, timeout_s: float = SCRAPE_TIMEOUT_S) -> Scrape:
             text = response.read().decode("utf-8", "replace")
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", None) or error
-        return Scrape(url, error=str(reason))
+        return Scrape(url, error=str(reason), refused=isinstance(reason, ConnectionRefusedError))
     try:
         return parse_metrics(url, text)
     except ValueError as error:  # not Prometheus text: some other server on that port

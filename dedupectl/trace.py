@@ -11,6 +11,10 @@ One partition is read, not the topic: the one the producer's partitioner put the
   occurrence's offset.
 An occurrence at or past the group's committed offset has not been consumed yet. A consumed one that was
 neither published nor dead-lettered was dropped as a duplicate of the last published occurrence before it.
+
+An id the store does not hold either aged out or was never published. The store knows the output offset its
+aging cut stands at; when the range read holds no copy below it, the output is read (by key) from its first
+retained offset up to the cut too, so a copy there tells an aged-out id from one never sent.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from reconcile.kafka import KafkaConfig, partition_counts
 from reconcile.ranges import Bound, check_order, resolve_range
 from reconcile.scan import OutputReader
 from store import clock
+from store.dedup_store import DedupStore
 from store.errors import ConfigError, DedupeError
 from store.operations import lookup_ids
 from store.selection import select_stores
@@ -88,6 +93,9 @@ class StoreAnswer:
     age_seconds: float | None = None
     window_seconds: float | None = None
     live: bool = False  # a worker running from that data directory holds the partition (else it may be behind)
+    cut_offset: int | None = None  # output offset of the oldest live id (-1: nothing aged; None: unknown)
+    published_at: int | None = None  # for an id not held: the output offset of its latest copy read
+    aged_out: bool = False  # not held because that copy is below the cut
 
 
 @dataclass(frozen=True)
@@ -255,10 +263,38 @@ def _store(request: TraceRequest, partition: int) -> tuple[StoreAnswer, float | 
         return StoreAnswer(False, f"not checked: {error}"), None
     live = live_worker_for(request.data_dir, request.input_topic, partition) is not None
     if not hit.in_window:
-        return StoreAnswer(True, "not held", window_seconds=window, live=live), window
+        with DedupStore.open_secondary(refs[0].path) as store:
+            cut = store.window_start_offset()
+        return StoreAnswer(True, "not held", window_seconds=window, live=live, cut_offset=cut), window
     note = "held: a repeat now is dropped"
     answer = StoreAnswer(True, note, True, hit.seq, hit.timestamp_ms, hit.age_seconds, window, live)
     return answer, window
+
+
+def _below_cut(reader: OutputReader, request: TraceRequest, partition: int, store: StoreAnswer, copies: _Found):
+    """The id's copies in the output below the store's cut that the range read left out (None: nothing to read)."""
+    cut, read_from = store.cut_offset, copies.scanned.start_offset
+    if cut is None or cut <= 0 or any(offset < cut for offset, _, _ in copies.records):
+        return None
+    low = reader.bounds(request.output_topic, partition).low
+    if min(cut, read_from) <= low:
+        return None
+    key = request.message_id.encode()
+    return _read(reader, request.output_topic, partition, low, min(cut, read_from), lambda k, _: k == key)
+
+
+def _why_not_held(store: StoreAnswer, copies: list[int]) -> StoreAnswer:
+    """Name why the store lacks the id, from its copies' output offsets and the store's cut."""
+    if not copies:
+        return dataclasses.replace(store, note="not held: never published in the range read")
+    latest, cut = max(copies), store.cut_offset
+    if cut is None:  # a store recorded without output offsets cannot place its cut: only a copy tells
+        why = f"aged out of the window (published at output offset {latest})"
+    elif latest < cut:
+        why = f"aged out of the window (published at output offset {latest}, before the store's cut at {cut})"
+    else:
+        why = f"published at output offset {latest}, inside the window, yet missing (recovery or reconcile --apply)"
+    return dataclasses.replace(store, note=f"not held: {why}", published_at=latest, aged_out=why.startswith("aged"))
 
 
 def _default_start(window_s: float | None) -> tuple[Bound, str]:
@@ -304,12 +340,12 @@ def trace_message(request: TraceRequest) -> TraceReport:
         copies = _read_by_key(reader, request.output_topic, partition, since, key)
         dead_partition = partition % counts[request.dead_letter_topic]
         letters = _read_by_key(reader, request.dead_letter_topic, dead_partition, since, key)
+        older = _below_cut(reader, request, partition, store, copies) if store.checked and not store.held else None
     occurrences, unpaired = _classify(
         found.records, copies.records, _dead_letters(letters, request.input_topic, partition), committed
     )
     if store.checked and not store.held:
-        why = "aged out of the window" if copies.records else "never published in the range read"
-        store = dataclasses.replace(store, note=store.note.replace("not held", f"not held: {why}", 1))
+        store = _why_not_held(store, [o for o, _, _ in (older.records if older else []) + copies.records])
     return TraceReport(
         message_id=request.message_id,
         input_topic=request.input_topic,
@@ -320,6 +356,6 @@ def trace_message(request: TraceRequest) -> TraceReport:
         occurrences=tuple(occurrences),
         other_publications=tuple(unpaired),
         store=store,
-        scanned=(found.scanned, copies.scanned, letters.scanned),
+        scanned=(found.scanned, copies.scanned, letters.scanned, *([older.scanned] if older else [])),
         seconds=time.monotonic() - began,
     )

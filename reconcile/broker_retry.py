@@ -115,6 +115,8 @@ class RetryPolicy:
     bound_s: float = 300.0
     first_delay_s: float = 0.5
     max_delay_s: float = 10.0
+    # what to do once the bound runs out: a read-only command's caller has no worker to restart
+    advice: str = "check the brokers and the network; a restart resumes exactly where the worker stopped"
 
     def delay(self, attempt: int, left_s: float) -> float:
         # full jitter: workers that lost the same broker do not all come back in the same instant
@@ -144,7 +146,7 @@ def with_retries(
             if now >= deadline:
                 raise BrokerError(
                     f"{what}: Kafka still failing after {policy.bound_s:g}s of retries ({describe(error)})",
-                    "check the brokers and the network; a restart resumes exactly where the worker stopped",
+                    policy.advice,
                 ) from error
             delay = policy.delay(attempt, deadline - now)
             log.warning("%s: %s; retrying in %.1fs (for %.0fs more)", what, describe(error), delay, deadline - now)

@@ -32,7 +32,7 @@ from snapshots.backends.ebs import (
 )
 from snapshots.errors import ReattachError
 from snapshots.stop_worker import stop_worker
-from snapshots.volumes import mount_of, placement
+from snapshots.volumes import mount_of, require_on_volume
 from store.dedup_store import DedupStore
 from store.errors import DedupeError
 from store.layout import store_path
@@ -160,18 +160,11 @@ def _check_store(data_dir: Path, topic: str, partition: int) -> str:
 
 
 def _check_device(request: ReattachRequest, volume: dict) -> str:
-    """The store checked in the data directory must be on the volume being moved: the directory's mount
-    device against the volume's attachment (or the NVMe serial that names it)."""
+    """The store checked in the data directory must be on the volume being moved (the check an EBS snapshot
+    makes too)."""
     attachment = live_attachment(volume)
     device = None if attachment is None else attachment.get("Device")
-    found = placement(Path(request.data_dir), request.volume_id, device)
-    if found.on:
-        return found.found
-    verdict = "is not on" if found.on is False or found.mount.is_root else "cannot be shown to be on"
-    raise ReattachError(
-        f"the store checked in {request.data_dir} {verdict} volume {request.volume_id}: {found.found}",
-        "pass -d as the volume's mount on this host, or leave -d out to rely on the tags alone",
-    )
+    return require_on_volume(Path(request.data_dir), request.volume_id, device, ReattachError)
 
 
 def _check_worker(request: ReattachRequest, topic: str | None, steps: _Steps) -> None:

@@ -6,6 +6,10 @@ controller's serial number (``/sys/class/block/<dev>/device/serial``): that answ
 Otherwise the device is compared with the volume's attachment device: the same node (a udev symlink such as
 ``/dev/sdf -> nvme1n1`` resolves to it), or the same name once Xen's ``xvd`` and ``sd`` prefixes are
 equated (``/dev/sdf`` attaches as ``/dev/xvdf``; a partition ``xvdf1`` is on it).
+
+``require_on_volume`` is the one decision every command that acts on a store's volume makes (an EBS snapshot,
+a reattach): only what the kernel shows proves a directory is on a volume. A tag is what someone wrote
+about the volume, not where the files are.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from store.errors import DedupeError
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 SYS_BLOCK = Path("/sys/class/block")
@@ -111,3 +117,21 @@ def placement(
     if attachment_device and same_device(mount.source, attachment_device):
         return Placement(mount, True, f"{where}, the device {volume_id} is attached as")
     return Placement(mount, None, f"{where}; {volume_id} is attached as {attachment_device or 'nothing'}")
+
+
+def require_on_volume(path: Path, volume_id: str, attachment_device: str | None, error: type[DedupeError]) -> str:
+    """What shows the store in ``path`` is on ``volume_id``; raises ``error`` (one line, with how to prove it)
+    when the kernel does not show it. A directory on the root filesystem whose device does not show the volume
+    is called not on it: a data volume is attached beside the root one."""
+    found = placement(path, volume_id, attachment_device)
+    if found.on:
+        return found.found
+    if found.on is False:
+        verdict, hint = "is not on", f"pass the volume that holds it, or a data directory on {volume_id}'s mount"
+    else:
+        verdict = "is not on" if found.mount.is_root else "cannot be shown to be on"
+        hint = (
+            f"a tag is not proof: give the data directory on {volume_id}'s mount (`findmnt -T {path}` shows its "
+            f"device, which must be the one {volume_id} is attached as, or an NVMe device whose serial is it)"
+        )
+    raise error(f"the store in {path} {verdict} volume {volume_id}: {found.found}", hint)

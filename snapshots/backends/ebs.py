@@ -8,7 +8,8 @@ from it (``snapshot restore ID --from ebs: --availability-zone …``), attach an
 ``<mount>/snapshots/<id>`` like any local snapshot, which checks every file.
 
 Volumes are tagged ``dedupectl:topic`` and ``dedupectl:partition`` (comma-separated when a worker serves
-several); a volume tagged for other partitions is refused.
+several); a volume tagged for other partitions is refused. A tag never proves a volume holds the store: only
+the data directory's device does (``snapshots.volumes.require_on_volume``, the check reattach makes too).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from snapshots.backends.local import LocalBackend
 from snapshots.errors import CloudError, SnapshotError, SnapshotNotFoundError
 from snapshots.manifest import TOOL_VERSION, Manifest
 from snapshots.progress import TransferProgress
-from snapshots.volumes import placement
+from snapshots.volumes import require_on_volume
 
 TAG_PREFIX = "dedupectl:"
 TAG_SNAPSHOT_ID = "dedupectl:snapshot-id"
@@ -116,8 +117,7 @@ class EbsBackend:
 
     def check_data_dir(self, topic: str) -> None:
         """Before the partitions are known (a worker's start): the volume is attached, not tagged for another
-        topic, and holds the data directory: its device, or a partition tag when the device cannot tell.
-        Each snapshot still checks its own partition (check_partition)."""
+        topic, and holds the data directory. Each snapshot still checks its own partition (check_partition)."""
         self.check_writable()
         volume = describe_volume(self.ec2, self._require_volume())
         tags = tags_of(volume)
@@ -127,25 +127,11 @@ class EbsBackend:
                 "pass the volume that holds this worker's data directory",
             )
         attachment = live_attachment(volume) or {}
-        found = placement(Path(self.data_dir), self.volume_id, attachment.get("Device"))
-        if found.on is False:
-            raise SnapshotError(
-                f"the data directory {self.data_dir} is not on volume {self.volume_id}: {found.found}",
-                "pass the volume that holds the data directory",
-            )
-        if found.on is None and tagged_partitions(tags) is None:
-            raise SnapshotError(
-                f"volume {self.volume_id} carries no {TAG_PARTITION} tag and nothing shows it holds the data "
-                f"directory {self.data_dir}: {found.found}",
-                f"pass the volume of the data directory's mount; if {self.volume_id} is it, tag it with the "
-                f"partitions it holds: aws ec2 create-tags --resources {self.volume_id} "
-                f"--tags Key={TAG_PARTITION},Value=0,1 Key={TAG_TOPIC},Value={topic}",
-            )
+        require_on_volume(Path(self.data_dir), self.volume_id, attachment.get("Device"), SnapshotError)
 
     def check_partition(self, topic: str, partition: int) -> None:
-        """Refuse unless the volume holds this partition's store: it must be attached, and either the data
-        directory's device is that volume or the volume's tags name the partition; a tag for other
-        partitions, or a device known to be another volume, is refused either way."""
+        """Refuse unless the volume holds this partition's store: it must be attached, not tagged for other
+        partitions, and the data directory's device must be that volume."""
         volume = describe_volume(self.ec2, self._require_volume())
         tags = tags_of(volume)
         partitions = tagged_partitions(tags)
@@ -166,20 +152,7 @@ class EbsBackend:
                 f"so it does not hold the store of {topic}[{partition}] in {self.data_dir}",
                 "pass the volume attached here that holds the data directory (see lsblk, and its mount)",
             )
-        found = placement(Path(self.data_dir), self.volume_id, attachment.get("Device"))
-        if found.on is False:
-            raise SnapshotError(
-                f"the store of {topic}[{partition}] is not on volume {self.volume_id}: {found.found}",
-                "pass the volume that holds the data directory",
-            )
-        if found.on is None and partitions is None:
-            raise SnapshotError(
-                f"volume {self.volume_id} carries no {TAG_PARTITION} tag and nothing shows it holds "
-                f"{topic}[{partition}]: {found.found}",
-                f"pass the volume of the data directory's mount; if {self.volume_id} is it, tag it: "
-                f"aws ec2 create-tags --resources {self.volume_id} --tags Key={TAG_PARTITION},Value={partition} "
-                f"Key={TAG_TOPIC},Value={topic}",
-            )
+        require_on_volume(Path(self.data_dir), self.volume_id, attachment.get("Device"), SnapshotError)
 
     def publish(self, checkpoint_dir: Path, manifest: Manifest, progress: TransferProgress) -> str:
         volume_id = self._require_volume()

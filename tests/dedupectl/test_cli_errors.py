@@ -91,6 +91,16 @@ def test_store_locked_by_another_process(make_pipeline):
     assert_one_line_error(result, "is locked by another process", "stop the worker that holds it")
 
 
+def test_busy_metrics_port_is_an_operator_error(make_pipeline):
+    pipeline = make_pipeline(partitions=1)
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run_cli(*pipeline.cli_args("w", pipeline.root / "data", "--metrics-port", str(port))[3:], timeout=30)
+    assert_one_line_error(result, f"cannot serve metrics on 0.0.0.0:{port}", "in use", "another --metrics-port")
+
+
 def test_invalid_librdkafka_setting(tmp_path):
     result = run_cli("run", "-b", "127.0.0.1:9", "-i", "a", "-o", "b", "-X", "no.such.setting=1", "-d", str(tmp_path))
     assert_one_line_error(result, "invalid Kafka client setting", "no.such.setting")

@@ -22,6 +22,7 @@ from waiting import wait_for
 from dedupectl.config import KafkaConfig
 from dedupectl.fleet import (
     BELOW_FLOOR,
+    ENDPOINT_DOWN,
     LAGGING,
     NO_OWNER,
     OK,
@@ -80,8 +81,26 @@ def test_verdicts(figures, lag: int, owner, commit_age_s, verdict: str) -> None:
     assert partition_status(request, sample, None, stores, 0).verdict == verdict
 
 
+@pytest.mark.parametrize(
+    ("down_hosts", "answering", "verdict"),
+    [
+        ({"10.0.0.1"}, False, ENDPOINT_DOWN),  # its host's endpoint refuses, and no endpoint speaks for it
+        ({"10.0.0.9"}, False, LAGGING),  # the refusing endpoint is on another host: not this owner's
+        ({"10.0.0.1"}, True, LAGGING),  # another endpoint reports its partitions: this worker is alive
+    ],
+)
+def test_an_owner_whose_endpoint_refuses_is_endpoint_down(down_hosts, answering, verdict: str) -> None:
+    request = StatusRequest(KafkaConfig("unused:9092"), "t", "g", floor_s=60, max_lag=10)
+    owners = {0: ("w1", "10.0.0.1"), 1: ("w1", "10.0.0.1")}
+    sample = KafkaSample(time.monotonic(), 2, {0: 100, 1: 100}, {0: 50, 1: 50}, owners, "stable")
+    live = {1: PartitionFigures(99.0, 1)} if answering else {}
+    stores = StoreFigures(live, {}, {p: time.time() for p in live}, down_hosts=frozenset(down_hosts))
+    assert partition_status(request, sample, None, stores, 0).verdict == verdict
+
+
 def test_an_endpoint_that_is_not_a_worker_is_named_not_trusted() -> None:
-    assert "Connection refused" in (scrape(f"127.0.0.1:{free_port()}").error or "")
+    refused = scrape(f"127.0.0.1:{free_port()}")
+    assert "Connection refused" in (refused.error or "") and refused.refused and refused.host == "127.0.0.1"
     with pytest.raises(ValueError):  # text without dedupectl_build_info is some other server's
         parse_metrics("u", "# TYPE other gauge\nother 1\n")
 
@@ -218,3 +237,61 @@ def test_partitions_nobody_holds_fail_the_check(fleet) -> None:
     report = json.loads(result.stdout)
     assert {p["verdict"] for p in report["partitions"]} == {NO_OWNER}
     assert any("window and store size of partition(s) 0-3" in note for note in report["unavailable"])
+
+
+def _status_cli(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "dedupectl.cli.app", "status", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=dict(os.environ))
+
+
+def _one_line_error(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_a_killed_worker_is_endpoint_down_until_its_session_times_out(make_pipeline) -> None:
+    pipeline = make_pipeline(partitions=2)
+    port = free_port()
+    worker = pipeline.spawn_worker(
+        "w1", pipeline.root / "w1", "--metrics-port", str(port), "--metrics-host", LOCAL,
+        env={"DEDUPECTL_SESSION_TIMEOUT_MS": "120000"},  # the group counts it as the owner all through the test
+    )  # fmt: skip
+    request = StatusRequest(
+        pipeline.kafka, pipeline.input_topic, f"group-{pipeline.input_topic}", metrics=(f"{LOCAL}:{port}",)
+    )
+
+    def held() -> bool:
+        return all(p.worker_id == "w1" and p.store_figures_from for p in fleet_status(request, 0).partitions)
+
+    try:
+        wait_for(held, 60, "the worker holding both partitions")
+    finally:
+        worker.kill()
+        worker.communicate(timeout=30)
+    pipeline.produce((f"after-{n}".encode(), b'{"messageId": "x"}') for n in range(100))
+    result = _status_cli(
+        "-b", pipeline.kafka.bootstrap_servers, "-i", pipeline.input_topic, "-o", pipeline.output_topic,
+        "--group-id", f"group-{pipeline.input_topic}", "-m", f"{LOCAL}:{port}", "--max-lag", "10", "--json",
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert [(p["worker_id"], p["verdict"]) for p in report["partitions"]] == [("w1", ENDPOINT_DOWN)] * 2
+    assert any("Connection refused" in note for note in report["unavailable"]), report["unavailable"]
+
+
+def test_status_refuses_an_output_topic_that_does_not_exist(make_pipeline) -> None:
+    pipeline = make_pipeline(partitions=2)
+    result = _status_cli("-b", pipeline.kafka.bootstrap_servers, "-i", pipeline.input_topic, "-o", "no-such-topic")
+    line = _one_line_error(result)
+    assert "topic 'no-such-topic' does not exist" in line, line
+
+
+def test_status_names_an_unreachable_broker_within_seconds_as_a_read_only_look() -> None:
+    began = time.monotonic()
+    result = _status_cli("-b", f"127.0.0.1:{free_port()}", "-i", "events", "-o", "events-deduped")
+    took = time.monotonic() - began
+    line = _one_line_error(result)
+    assert "cannot reach Kafka at 127.0.0.1:" in line and "check bootstrap_servers" in line, line
+    assert "restart" not in line, line  # the worker's advice; status has nothing to restart
+    assert took < 12, f"status took {took:.1f}s"

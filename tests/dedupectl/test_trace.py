@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -23,6 +24,8 @@ from reconcile.scan import OutputReader
 PARTITIONS = 3
 MAX_KEYS = 100
 KEYLESS_PARTITION = 1
+LONG_GONE = "long-gone-1"  # in the partition of "aged", the only one whose store ages ids out
+NEVER_SENT = "never-sent-5"
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,8 @@ def stream(kafka_broker, tmp_path_factory):
         producer.produce(name, key=message_id, value=value or json.dumps({"messageId": message_id}).encode())
 
     aged_partition = murmur2_partition(b"aged", PARTITIONS)
+    # sent two hours ago: far older than the window, so the default range (the window) does not reach it
+    producer.produce(name, key=LONG_GONE, value=b'{"x": 1}', timestamp=int(time.time() * 1000) - 2 * 3600_000)
     send("aged")
     fillers = (f"fill-{n}" for n in range(10_000))
     for filler in [f for f in fillers if murmur2_partition(f.encode(), PARTITIONS) == aged_partition][: 3 * MAX_KEYS]:
@@ -135,3 +140,31 @@ def test_the_command_defaults_to_the_window_and_reads_only_the_given_partition(s
     other = subprocess.run([*command, "-p", str(elsewhere)], capture_output=True, text=True, timeout=60)
     assert other.returncode == 0 and "no occurrence in the range read" in other.stdout
     assert f"{pipeline.input_topic}[{elsewhere}]" in other.stdout
+
+
+def _trace_cli(stream, message_id: str, *extra: str) -> subprocess.CompletedProcess:
+    pipeline, config = stream
+    command = [sys.executable, "-m", "dedupectl.cli.app", "trace", message_id, "-b", pipeline.kafka.bootstrap_servers]
+    command += ["-i", pipeline.input_topic, "-o", pipeline.output_topic, "--group-id", config.group_id]
+    command += ["-d", str(config.data_dir), *extra]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+
+def test_an_id_older_than_the_window_is_named_aged_out_not_never_sent(stream) -> None:
+    partition = murmur2_partition(b"aged", PARTITIONS)
+    assert murmur2_partition(LONG_GONE.encode(), PARTITIONS) == partition
+    assert murmur2_partition(NEVER_SENT.encode(), PARTITIONS) == partition
+    aged = _trace_cli(stream, LONG_GONE)
+    assert aged.returncode == 0, aged.stderr
+    text = " ".join(aged.stdout.split())  # as read: the lines wrap at the terminal's width
+    assert "store: not held: aged out of the window (published at output offset 0, before the store's cut" in text
+    assert "the store aged the id out" in text and "--partitioner" not in text
+    report = json.loads(_trace_cli(stream, LONG_GONE, "--json").stdout)
+    assert report["store"]["aged_out"] and report["store"]["published_at"] == 0 and not report["occurrences"]
+    assert report["store"]["cut_offset"] > 0  # the output below the cut was read too, and listed
+    assert report["scanned"][-1]["start_offset"] == 0 and report["scanned"][-1]["records"] > 0
+
+    never = _trace_cli(stream, NEVER_SENT)
+    assert never.returncode == 0, never.stderr
+    text = " ".join(never.stdout.split())
+    assert "store: not held: never published in the range read" in text and "--partitioner" in text

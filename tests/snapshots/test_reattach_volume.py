@@ -97,9 +97,10 @@ def test_reattach_refuses_when_the_checked_store_is_not_on_the_volume(cli, ec2, 
         result = cli(*reattach_args(ec2, volume, new, "--data-dir", str(data_dir), *extra))
         assert result.exit_code == 2
         assert error_line(result.stderr) == (
-            f"error: the store checked in {data_dir} {verdict} volume {volume}: {data_dir} is on "
-            f"{mount.describe()} ({mount.source}, {mount.fstype}); {volume} is attached as /dev/sdf: pass -d as the "
-            "volume's mount on this host, or leave -d out to rely on the tags alone"
+            f"error: the store in {data_dir} {verdict} volume {volume}: {data_dir} is on "
+            f"{mount.describe()} ({mount.source}, {mount.fstype}); {volume} is attached as /dev/sdf: a tag is not "
+            f"proof: give the data directory on {volume}'s mount (`findmnt -T {data_dir}` shows its device, which "
+            f"must be the one {volume} is attached as, or an NVMe device whose serial is it)"
         )
         assert ec2.attached_to(volume) == old, "nothing detached"
 
@@ -201,9 +202,9 @@ def test_reattach_refuses_a_volume_the_serial_shows_is_another(cli, ec2, make_st
     result = cli(*reattach_args(ec2, moved, new, "--data-dir", str(data_dir), "--dry-run"))
     assert result.exit_code == 2
     assert error_line(result.stderr) == (
-        f"error: the store checked in {data_dir} is not on volume {moved}: {data_dir} is on {data_dir} "
-        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass -d as the volume's mount on this host, or "
-        "leave -d out to rely on the tags alone"
+        f"error: the store in {data_dir} is not on volume {moved}: {data_dir} is on {data_dir} "
+        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass the volume that holds it, or a data directory "
+        f"on {moved}'s mount"
     )
     assert ec2.attached_to(moved) == old
 

@@ -10,10 +10,11 @@ def tags(resource: dict) -> dict[str, str]:
     return {tag["Key"]: tag["Value"] for tag in resource.get("Tags", [])}
 
 
-def test_ebs_create_list_verify_restore_prune(cli, ec2, tmp_path, make_store, unique_name):
+def test_ebs_create_list_verify_restore_prune(cli, ec2, tmp_path, make_store, unique_name, fake_kernel):
     topic = unique_name("ebs")
     data_dir = tmp_path / "data"
     make_store(data_dir, topic, 2, 3_000)
+    fake_kernel.mount(data_dir, "/dev/xvdf")  # the volume's device, attached as /dev/sdf: what proves it holds it
     instance = ec2.instance()
     volume = ec2.volume({"dedupectl:topic": topic, "dedupectl:partition": "2"}, attach_to=instance)
     endpoint = ["--endpoint-url", ec2.endpoint_url]

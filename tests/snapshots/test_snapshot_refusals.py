@@ -122,8 +122,10 @@ def test_ebs_snapshot_only_of_a_volume_that_holds_the_store(cli, ec2, tmp_path, 
     assert f"volume {tagged_loose} is not attached to any instance" in refused(tagged_loose)
     other_disk = ec2.volume({}, attach_to=instance)
     line = refused(other_disk)
-    assert f"volume {other_disk} carries no dedupectl:partition tag and nothing shows it holds {topic}[0]" in line
+    assert f"the store in {data_dir} is not on volume {other_disk}" in line and "a tag is not proof" in line
     assert f"{data_dir} is on the root filesystem" in line and "is attached as /dev/sdf" in line
+    tagged_other_disk = ec2.volume({"dedupectl:topic": topic, "dedupectl:partition": "0"}, attach_to=instance)
+    assert f"the store in {data_dir} is not on volume {tagged_other_disk}" in refused(tagged_other_disk)
 
     def schedule(volume: str) -> SnapshotSchedule:  # a worker's --snapshot-to, checked at its start
         config = ScheduleConfig(every_s=3600, destination=f"ebs:{volume}", aws=_aws(ec2.endpoint_url))
@@ -131,8 +133,30 @@ def test_ebs_snapshot_only_of_a_volume_that_holds_the_store(cli, ec2, tmp_path, 
 
     with pytest.raises(ConfigError, match=f"--snapshot-to ebs:{loose}: volume {loose} is not attached"):
         schedule(loose)
-    with pytest.raises(ConfigError, match=f"volume {other_disk} carries no dedupectl:partition tag and nothing"):
-        schedule(other_disk)
+    for volume in (other_disk, tagged_other_disk):
+        with pytest.raises(ConfigError, match=f"the store in {data_dir} is not on volume {volume}"):
+            schedule(volume)
+
+
+def test_ebs_snapshot_and_reattach_refuse_a_tagged_volume_by_the_same_check(cli_process, ec2, tmp_path, make_store):
+    """The data directory on the root filesystem, the volume tagged for its partition and attached beside it:
+    both commands, run as the operator runs them, refuse with the same line, and nothing is snapshotted."""
+    data_dir = tmp_path / "data"
+    make_store(data_dir, "events", 3, 50)
+    instance, target = ec2.instance(), ec2.instance()
+    volume = ec2.volume({"dedupectl:topic": "events", "dedupectl:partition": "3"}, attach_to=instance)
+    endpoint = ["--endpoint-url", ec2.endpoint_url]
+    snapshot = cli_process("snapshot", "create", "-d", str(data_dir), "-p", "3", "--to", f"ebs:{volume}", *endpoint)
+    reattach = cli_process(
+        "reattach", "-p", "3", "--volume", volume, "--to-instance", target, "-d", str(data_dir), "--dry-run", *endpoint
+    )
+    assert snapshot.exit_code == 2 and reattach.exit_code == 2, (snapshot, reattach)
+    line = one_error_line(snapshot.stderr)
+    assert reattach.stderr.strip().splitlines()[-1] == line, "one check, one answer"
+    assert line.startswith(f"error: the store in {data_dir} ") and f"volume {volume}: " in line
+    assert "a tag is not proof" in line and "findmnt -T" in line
+    found = ec2.client.describe_snapshots(Filters=[{"Name": "volume-id", "Values": [volume]}])
+    assert found["Snapshots"] == [] and ec2.attached_to(volume) == instance
 
 
 def _aws(endpoint: str):
@@ -443,8 +467,9 @@ def test_ebs_snapshot_by_what_the_mount_table_shows_without_root(cli, ec2, tmp_p
     result = create(by_serial, tagged_elsewhere)
     assert result.exit_code == 2
     assert one_error_line(result.stderr) == (
-        f"error: the store of mt[0] is not on volume {tagged_elsewhere}: {by_serial} is on {by_serial} "
-        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass the volume that holds the data directory"
+        f"error: the store in {by_serial} is not on volume {tagged_elsewhere}: {by_serial} is on {by_serial} "
+        f"(/dev/nvme1n1p1, ext4), which is volume {holder}: pass the volume that holds it, or a data directory "
+        f"on {tagged_elsewhere}'s mount"
     )
     found = ec2.client.describe_snapshots(Filters=[{"Name": "volume-id", "Values": [tagged_elsewhere]}])
     assert found["Snapshots"] == []
@@ -455,7 +480,7 @@ def test_ebs_snapshot_by_what_the_mount_table_shows_without_root(cli, ec2, tmp_p
 
     schedule(by_name, untagged)
     schedule(by_serial, holder)
-    with pytest.raises(ConfigError, match=f"the data directory {by_serial} is not on volume {tagged_elsewhere}"):
+    with pytest.raises(ConfigError, match=f"the store in {by_serial} is not on volume {tagged_elsewhere}"):
         schedule(by_serial, tagged_elsewhere)
 
 

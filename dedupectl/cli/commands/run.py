@@ -26,7 +26,7 @@ from dedupectl.cli.options import (
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.metrics import peak_rss_bytes
+from dedupectl.metrics import WorkerMetrics, peak_rss_bytes
 from dedupectl.worker import RunSummary, Worker, stop_on_signals
 
 log = logging.getLogger("dedupectl.run")
@@ -123,10 +123,11 @@ def run(
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
-    worker = Worker(worker_config)
-    if worker_config.metrics_port is not None:
-        port = worker.metrics.serve(worker_config.metrics_port, worker_config.metrics_host)
+    metrics = WorkerMetrics()
+    if worker_config.metrics_port is not None:  # bound before the worker starts, so a busy port stops nothing
+        port = metrics.serve(worker_config.metrics_port, worker_config.metrics_host)
         log.info("metrics on http://%s:%d/metrics", worker_config.metrics_host, port)
+    worker = Worker(worker_config, metrics)
     summary = worker.run(
         stop_on_signals(worker_config.stop_timeout), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger()
     )

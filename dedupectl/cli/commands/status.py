@@ -73,7 +73,8 @@ def status(
     Lag, rate and owners come from Kafka; window, store size and last commit from the workers' --metrics
     endpoints or --data-dir. Figures it cannot get are left empty and named under the table.
 
-    Exit 0: no partition fails; 1: a partition is REFUSED, BELOW FLOOR, has NO OWNER or is STALLED; 2: error.
+    Exit 0: no partition fails; 1: a partition is REFUSED, BELOW FLOOR, has NO OWNER, its ENDPOINT DOWN or is
+    STALLED; 2: error.
 
     Example: dedupectl status -c dedupectl.toml -m worker-1:9464 -m worker-2:9464
     """
@@ -94,6 +95,7 @@ def status(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
         group_id=worker.group_id,
+        output_topic=worker.output_topic,
         data_dirs=dirs,
         metrics=tuple(metrics or ()),
         floor_s=parse_duration(minimum, what="--min"),

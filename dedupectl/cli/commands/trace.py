@@ -130,6 +130,7 @@ STALE = "; no worker running from that data directory holds the partition now: t
 _OTHER_PARTITIONER = (
     ": if the producers chose another partition, give --partitioner (crc32 for librdkafka's default) or -p"
 )
+_OLDER_THAN_WINDOW = ": the store aged the id out (below), so its occurrences are older; --from reaches back to them"
 
 
 def _render(report: TraceReport) -> None:
@@ -142,7 +143,7 @@ def _render(report: TraceReport) -> None:
     if rows:
         print_table(escape(title), ["input offset", "timestamp", "what the worker did"], rows)
     else:
-        hint = "" if report.partition_from.startswith("given") else _OTHER_PARTITIONER
+        hint = _no_occurrence_hint(report)
         console.print(f"{escape(title)}\nno occurrence in the range read{hint}", highlight=False)
     for publication in report.other_publications:
         console.print(
@@ -155,6 +156,12 @@ def _render(report: TraceReport) -> None:
         f"{s.topic}[{s.partition}] {s.start_offset}-{s.stop_offset} ({s.records:,})" for s in report.scanned
     )
     console.print(f"read {report.records_scanned:,} records in {report.seconds:.1f}s: {escape(reads)}", highlight=False)
+
+
+def _no_occurrence_hint(report: TraceReport) -> str:
+    if report.store.aged_out:
+        return _OLDER_THAN_WINDOW
+    return "" if report.partition_from.startswith("given") else _OTHER_PARTITIONER
 
 
 def _store_line(report: TraceReport) -> str:
