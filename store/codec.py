@@ -112,7 +112,6 @@ META_STATE = b"state"
 META_REFUSED_GAP = b"refused-gap"
 META_ACCEPTED_GAPS = b"accepted-gaps"
 META_FILTER_TOKEN = b"filter-token"
-META_MERGED = b"merged-generations"  # the sources of a merge committed and not yet dropped
 META_ARRAYS = b"sealed-arrays"  # each generation's files of sealed arrays (``store.generation_arrays``)
 
 GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset

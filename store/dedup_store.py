@@ -41,7 +41,6 @@ from rocksdict import (
 
 from store import child_process
 from store import generation_arrays as arrays_files
-from store import generation_merge as merges
 from store import generations as gens
 from store.catch_up import Backoff, catch_up, manifest_mark
 from store.clock import now_ms
@@ -60,7 +59,6 @@ from store.codec import (
     META_ARRAYS,
     META_FILTER_TOKEN,
     META_IDENTITY,
-    META_MERGED,
     META_REFUSED_GAP,
     META_STATE,
     READABLE_SCHEMA_VERSIONS,
@@ -106,7 +104,7 @@ from store.errors import (
 )
 from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations, ScanPoint
-from store.id_filter import GROUPS, FilterStamp, IdFilter, body_hashes, key_hashes
+from store.id_filter import GROUPS, IdFilter, body_hashes, key_hashes
 from store.layout import holds_database_files
 from store.options import (
     SEALED_GENERATION_OPTIONS,
@@ -174,17 +172,6 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
             return meta.get(META_IDENTITY), meta.get(META_STATE)
     finally:
         meta.close()
-
-
-def _committed_merge_sources(db: Rdict) -> list[str]:
-    """The sources of a merge committed and not yet dropped (``store.generation_merge``)."""
-    meta = db.get_column_family(CF_META)
-    try:
-        with translated():
-            raw = meta.get(META_MERGED)
-    finally:
-        meta.close()
-    return [] if raw is None else json.loads(raw)
 
 
 def _put_meta(db: Rdict, values: dict[bytes, bytes]) -> None:
@@ -274,8 +261,6 @@ class DedupStore:
         self._converts = filtered
         self._to_convert: list[Generation] = []
         self._conversion: _Conversion | None = None
-        self._merge: merges.Merge | None = None
-        self._merge_due = False  # whether generations may need merging: asked at the next record
         self._closed = False
         try:
             self._attach(families)
@@ -293,11 +278,9 @@ class DedupStore:
                 identity=identity,
                 state=lambda: self._state,
                 window=self._filter_window,
-                id_scan_step=self._id_scan_step,
                 id_hashes=self._id_hashes,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
-                grows=lambda: self._window_ids is None,
             )
         )
         self._refused_gap: OutputGap | None = None
@@ -319,8 +302,7 @@ class DedupStore:
         self._legacy_ids: Generation | None = None
         if CF_IDS in families:
             self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
-        live, leftovers = gens.live_families(families, _committed_merge_sources(db))
-        self._leftover_families = leftovers if migrated or self._legacy_ids is None else []
+        live = gens.live_families(families)
         self._times = db.get_column_family(CF_TIMES)
         self._meta = db.get_column_family(CF_META)
         self._times_handle = db.get_column_family_handle(CF_TIMES)
@@ -337,7 +319,7 @@ class DedupStore:
     def _attach_arrays(self) -> None:
         """Map the sealed arrays the metadata names for each live generation (their pages as lookups first touch
         them: an open does not wait for files the page cache may lack). A secondary instance skips a file the
-        writer removed since it listed the families (its generation aged out or merged meanwhile), and always
+        writer removed since it listed the families (its generation aged out meanwhile), and always
         asks a family before its arrays (it cannot know when the writer puts an id back there)."""
         self._arrays_raw = self._meta_value(META_ARRAYS)
         named = arrays_files.decode_names(self._arrays_raw)
@@ -543,6 +525,12 @@ class DedupStore:
                 f"{path} is a RocksDB database but not a dedup store (no {', '.join(sorted(missing))} family)",
                 "check --data-dir and --partition",
             )
+        foreign = gens.foreign_families(names)
+        if foreign:  # merged generations of an earlier build: their ids would go unread
+            raise StoreVersionError(
+                f"store {path} has generations this dedupectl does not read ({', '.join(sorted(foreign))})",
+                f"rebuild it from the output topic: dedupectl rebuild -p {path.name.rsplit('-', 1)[-1]} --replace",
+            )
         return names
 
     @staticmethod
@@ -589,7 +577,6 @@ class DedupStore:
             elif legacy is not None:
                 self._migrate_legacy_ids(legacy)
             self.identity = _upgrade_schema(self._db, self.identity)
-            self._drop_merge_leftovers()
             self._settle_arrays()
             child_process.clear(self.path)  # what a killed worker's children left
             for generation in list(self._generations)[:-1]:
@@ -643,20 +630,6 @@ class DedupStore:
             finally:
                 del it
         return False
-
-    def _drop_merge_leftovers(self) -> None:
-        """Finish a merge a stop or crash cut short (``store.generation_merge``): drop the sources of a committed
-        one, or the merged family of one not committed, and what its child wrote."""
-        for name in self._leftover_families:
-            self._db.drop_column_family(name)
-        if self._leftover_families or self._meta_value(META_MERGED) is not None:
-            log.info("store %s: dropped the families a merge cut short left: %s", self.path, self._leftover_families)
-            batch = WriteBatch(raw_mode=True)
-            batch.delete(META_MERGED, self._meta_handle)
-            self._db.write(batch)
-        self._leftover_families = []
-        merges.clear(self.path)
-        self._merge_due = self._filtered
 
     def _migrate_legacy_ids(self, legacy: Generation) -> None:
         """Write the live ids of schema 4's one ``ids`` family into generations, one SST file each, written
@@ -745,9 +718,9 @@ class DedupStore:
         """A secondary instance's state, as far as its families hold it. The writer may start a generation
         after the instance listed the families and before it caught up: the instance then reads the batches
         recorded into it (the state) but not that generation's ids, so its state stops below the first number
-        of the oldest such generation. A merged generation holds only ids of generations the instance reads."""
+        of the oldest such generation."""
         unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
-        written = [name for name in unseen if not gens.merge_of(name)]
+        written = list(unseen)
         below = min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
         if below is None or below >= state.next_seq:
             return state
@@ -883,16 +856,9 @@ class DedupStore:
         if self._filtered:
             self._filters.ready()
 
-    def build_id_filter(self, span: int) -> tuple[IdFilter, FilterStamp]:
-        """A new id filter of every live id with groups of ``span`` numbers, and a stamp of what it holds; a secondary
-        instance builds one so for its worker (``store.filter_growth``). A secondary instance's state stops below
-        a generation it could not open (``_visible``): the filter and its stamp stop there too, and the worker
-        adds the rest, as it adds those recorded since."""
-        return self._filters.build_apart(span)
-
     def _filter_window(self) -> int:
-        """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
-        that a growing store needs a larger one only when it doubles (``store.filter_growth``)."""
+        """Ids the filter is sized for: the store's bound (``window_ids``), or, past it or without one, twice the
+        ids held (a store opened without its bound, or whose bound was lowered: aging brings it back under)."""
         bound, live = self._window_ids, self._state.live_ids
         return max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
 
@@ -1158,8 +1124,6 @@ class DedupStore:
         seq_of = self.seqs_published_at(offsets)
         keys = encode_ids(ids)
         self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
-        self._filters.ids_put_back()
-        self._void_merge()  # its files could lack the ids put back below
         self._void_conversion()  # so could sealed arrays being written
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
@@ -1432,7 +1396,6 @@ class DedupStore:
             _leave_block_cache_alone(previous)
             self._seal_if_written(previous)
             self._filters.sealed()
-            self._merge_due = self._filtered
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
@@ -1464,7 +1427,7 @@ class DedupStore:
         first (``_next_conversion``); then, or else, its family is compacted into its filterless run."""
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
         if self._converts and not generation.arrays and self._holds_array_keys(generation):
-            self._to_convert.append(generation)  # started once the batch that sealed it is written: _merge_step
+            self._to_convert.append(generation)  # started once the batch that sealed it is written: _conversion_step
         else:
             self._compact_sealed(generation)
 
@@ -1524,7 +1487,7 @@ class DedupStore:
         while self._conversion is None and self._to_convert:
             generation = self._to_convert.pop(0)
             if generation.family is None or generation.arrays:
-                continue  # aged out or merged meanwhile, or converted already
+                continue  # aged out meanwhile, or converted already
             conversion = _Conversion(generation)
 
             def run(conversion: _Conversion = conversion, generation: Generation = generation) -> None:
@@ -1714,11 +1677,6 @@ class DedupStore:
             dropped += 1
         return dropped, freed
 
-    def generation_items(self, name: str) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` of a generation's ids in key order, without filling the block cache (for this
-        package's ``store.merge_writer``)."""
-        return self._items_of(self._generation_named(name), IDS_LOWER, _id_scan_reads())
-
     @staticmethod
     def _items_of(generation: Generation, from_key: bytes, read: ReadOptions) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of a generation's ids in key order from ``from_key`` on: its family's, and its sealed
@@ -1728,127 +1686,12 @@ class DedupStore:
             return family_items
         return arrays_files.items_in_order(generation.arrays, family_items, from_key)
 
-    # -- merging generations (store.generation_merge) ------------------------------------------------
-
-    def _merge_step(self) -> None:
-        """Start merging the generations that the groups of the filter's stretch span, or take in a merge done
-        (and sealed arrays written meanwhile)."""
+    def _conversion_step(self) -> None:
+        """Between batches: take in the sealed arrays written for a generation, or start the next one due."""
         if self._conversion is not None:
             self._take_conversion()
         elif self._to_convert:
             self._next_conversion()
-        if self._filters.growing:
-            return  # its child reads every generation: none is dropped, nor a merge started, until it is done
-        merge = self._merge
-        if merge is None:
-            if self._merge_due:
-                self._start_merge()
-            return
-        try:
-            runs = merge.poll()
-        except merges.MergeFailed as error:
-            log.warning("store %s: could not merge generations (%s); tried again at the next seal", self.path, error)
-            self._end_merge()
-            return
-        if runs is not None:
-            try:
-                self._take_merged(runs)
-            except Exception as error:  # the store is whole either way: see _take_run
-                log.warning("store %s: could not take merged generations in (%s)", self.path, error)
-            finally:
-                self._end_merge()
-            self._merge_due = True  # a generation sealed meanwhile may join a run
-
-    def _start_merge(self) -> None:
-        if any(thread.is_alive() for thread in self._sealing.values()):
-            return  # asked again at the next record: a generation being sealed is merged once in one run
-        self._merge_due = False
-        if self._meta_value(META_MERGED) is not None:
-            return  # a merge whose sources could not all be dropped: the next open drops them first
-        cut, next_seq = self._state.first_live_seq, self._state.next_seq
-        sealed = [
-            (g.name, g.first_seq) for g in list(self._generations)[:-1] if self._generations.end_of(g, next_seq) > cut
-        ]
-        runs = gens.merge_runs(sealed, self.generation_ids())
-        if runs:
-            try:  # one run at a time: the disk holds one stretch twice at most, not the whole store
-                self._merge = merges.Merge(self.path, runs[:1], cut)
-            except OSError as error:
-                log.warning("store %s: could not start merging generations (%s)", self.path, error)
-                merges.clear(self.path)
-
-    def _take_merged(self, runs: list[merges.MergedRun]) -> None:
-        live = {g.name: g for g in self._generations}
-        for run in runs:
-            sources = [live.get(name) for name in run.sources]
-            if None not in sources:  # else aged meanwhile: dropped soon, merged or not
-                self._take_run(run, sources)
-
-    def _take_run(self, run: merges.MergedRun, sources: list[Generation]) -> None:
-        """A new family with the run's file ingested, the merge committed in the metadata, then the sources
-        dropped (the oldest first: see ``generations.live_families``) and the commit cleared. Killed before the
-        commit, the next open drops the new family; after it, the sources left."""
-        first = sources[0].first_seq
-        on_disk = [gens.merge_of(name) for name in Rdict.list_cf(str(self.path)) if gens.first_seq_of(name) == first]
-        name = gens.family_name(first, 1 + max(on_disk))
-        self._db.create_column_family(name, self._new_generation_options).close()
-        generation = self._generation(name, first)
-        ingest = IngestExternalFileOptions()
-        ingest.set_move_files(True)  # a hard link: the file is in the store's directory
-        try:
-            generation.family.ingest_external_file([str(run.file)], ingest)
-        except Exception:
-            self._drop_family(generation)
-            raise
-        generation.family.set_options(SEALED_GENERATION_OPTIONS)
-        _leave_block_cache_alone(generation)
-        self._to_convert = [g for g in self._to_convert if all(g is not source for source in sources)]
-        if self._conversion is not None and any(self._conversion.generation is source for source in sources):
-            self._take_conversion(wait_s=_FOREVER)  # taken in, to be dropped with its source
-        committed = WriteOptions()
-        committed.sync = True  # durable before any source is dropped
-        batch = WriteBatch(raw_mode=True)
-        batch.put(META_MERGED, json.dumps(list(run.sources)).encode(), self._meta_handle)
-        self._db.write(batch, committed)
-        for source in sources:
-            self._generations.remove(source)
-            sealing = self._sealing.pop(source.name, None)
-            if sealing is not None:
-                sealing.join()  # its family is about to be dropped: not while RocksDB compacts it
-        self._generations.add(generation)
-        for source in sources:
-            self._drop_family(source)
-        batch = WriteBatch(raw_mode=True)
-        batch.delete(META_MERGED, self._meta_handle)
-        self._forget_arrays(sources, batch)
-        if self._converts:
-            self._to_convert.append(generation)
-        log.info(
-            "%s[%d]: merged %d generations into %s (%d ids)",
-            self.identity.topic, self.identity.partition, len(sources), name, run.ids,
-        )  # fmt: skip
-
-    def wait_for_merges(self, timeout_s: float) -> bool:
-        """Take in the merges due (started now if need be) once done; False if ``timeout_s`` ran out first."""
-        deadline = time.monotonic() + timeout_s
-        while self._merge is not None or self._merge_due:
-            self._filters.step_growth()
-            self._merge_step()
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
-    def _void_merge(self) -> None:
-        """Ids change in sealed generations: a merge under way is started again from the store as it is then."""
-        if self._merge is not None:
-            self._end_merge()
-            self._merge_due = True
-
-    def _end_merge(self) -> None:
-        if self._merge is not None:
-            self._merge.end(self.path)
-            self._merge = None
 
     def _drop_family(self, generation: Generation) -> None:
         generation.family.close()
@@ -1913,7 +1756,7 @@ class DedupStore:
         if count:
             self._filters.add(keys, np.arange(first, first + count, dtype=np.int64))
             self._filters.save_if_due()
-            self._merge_step()
+            self._conversion_step()
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state
@@ -1930,7 +1773,6 @@ class DedupStore:
                 self._erase(self._generations.holding(seq), key, batch)
                 removed.append(seq)
         if removed:
-            self._void_merge()  # its files could hold the ids removed below
             self._void_conversion()  # so could sealed arrays being written
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
@@ -2000,7 +1842,6 @@ class DedupStore:
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
             if self.writable:
-                self._end_merge()
                 self._stop_conversion()
                 self.wait_for_seals()
                 self._filters.save_at_close()
