@@ -102,9 +102,9 @@ from store.errors import (
     StoreNotFoundError,
     StoreVersionError,
 )
-from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
+from store.filter_keeper import FILTER_FILE, FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations, ScanPoint
-from store.id_filter import GROUPS, IdFilter, body_hashes, key_hashes
+from store.id_filter import GROUPS, IdFilter, body_hashes, key_hashes, saved_stamp
 from store.layout import holds_database_files
 from store.options import (
     SEALED_GENERATION_OPTIONS,
@@ -281,12 +281,15 @@ class DedupStore:
                 id_hashes=self._id_hashes,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
+                sync_log=lambda: self._db.flush_wal(True),
             )
         )
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
         try:
             self._load_gaps()
+            if not follows_writer:  # a follower's state may trail its writer's saves
+                self._refuse_if_behind()
         except BaseException:
             self._abandon()
             raise
@@ -340,6 +343,24 @@ class DedupStore:
         self.identity, state = self._read_meta(self._db, self.path)
         self._attach(names)
         self._state = self._visible(state)
+
+    def _refuse_if_behind(self) -> None:
+        """A saved id filter vouches for the ids recorded below its stamp's number (it is saved once they are
+        durable): a store whose files hold fewer has gone back to an older state than it had, which only damage
+        does (a MANIFEST cut short, a table lost with it), and RocksDB cannot tell from its files alone."""
+        stamp, identity, held = saved_stamp(self.path / FILTER_FILE), self.identity, self._state.next_seq
+        if stamp is None or (stamp.topic, stamp.partition, stamp.created_ms) != (
+            identity.topic,
+            identity.partition,
+            identity.created_ms,
+        ):
+            return
+        if stamp.next_seq > held:
+            raise damaged(
+                f"store {self.path}",
+                f"its files hold {held:,} recorded ids, fewer than the {stamp.next_seq:,} its saved id filter "
+                "holds: its MANIFEST or a table is damaged",
+            )
 
     def _meta_value(self, key: bytes) -> bytes | None:
         with translated():

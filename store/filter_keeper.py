@@ -47,6 +47,8 @@ class StoreAccess:
     id_hashes: Callable[[int, int], Iterator[tuple[np.ndarray, np.ndarray]]]
     saved_token: Callable[[], str | None]
     name_saved: Callable[[str], None]  # write the token of a durable saved file into the store's metadata
+    # make every write so far durable: a saved filter's stamp never runs ahead of the state a crash keeps
+    sync_log: Callable[[], None]
 
 
 def _took(id_filter: IdFilter, keys: list[bytes], seqs: np.ndarray, cut: int) -> bool:
@@ -136,6 +138,7 @@ class FilterKeeper:
 
         def run() -> None:
             try:
+                self._store.sync_log()
                 filters.commit(partial, path)
                 self._store.name_saved(stamp.token)
                 self._named = stamp
@@ -153,6 +156,7 @@ class FilterKeeper:
             return
         stamp = self._new_stamp()
         try:
+            self._store.sync_log()
             filters.save(self.current, self._store.path / FILTER_FILE, stamp)
         except OSError as error:  # the next open reads back more ids: slower, never wrong
             log.warning("could not save the id filter of %s: %s", self._store.path, error)
