@@ -29,12 +29,10 @@ from pathlib import Path
 import numpy as np
 from rocksdict import (
     AccessType,
-    Cache,
     Checkpoint,
     IngestExternalFileOptions,
     Rdict,
     ReadOptions,
-    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
@@ -50,18 +48,15 @@ from store.codec import (
     CF_TIMES,
     DIGEST_BYTES,
     DIGEST_CHUNK,
-    FIRST_GENERATIONS_SCHEMA,
     GAP_TRUNCATED,
     IDS_LOWER,
     IDS_UPPER,
-    LEGACY_FAMILIES,
     META_ACCEPTED_GAPS,
     META_ARRAYS,
     META_FILTER_TOKEN,
     META_IDENTITY,
     META_REFUSED_GAP,
     META_STATE,
-    READABLE_SCHEMA_VERSIONS,
     REQUIRED_FAMILIES,
     SCHEMA_VERSION,
     SEQ_VIEW,
@@ -110,7 +105,6 @@ from store.options import (
     SEALED_GENERATION_OPTIONS,
     WRITTEN_GENERATION_OPTIONS,
     SharedMemory,
-    generation_options,
     older_generation_reads,
     seal_options,
     store_options,
@@ -156,7 +150,7 @@ def _leave_block_cache_alone(generation: Generation) -> None:
 
 
 def _id_scan_reads() -> ReadOptions:
-    """A scan of a generation's ids: up to IDS_UPPER (a schema 4 family's batch markers are not ids), without
+    """A scan of a generation's ids: up to IDS_UPPER (past every id key), without
     filling the block cache (a scan reads each block once)."""
     read = ReadOptions()
     read.set_iterate_upper_bound(IDS_UPPER)
@@ -191,20 +185,10 @@ def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity
     return identity, state
 
 
-def _upgrade_schema(db: Rdict, identity: StoreIdentity) -> StoreIdentity:
-    """Mark a store opened for writing, its ids in generations, as the current schema: it is about to get
-    fields that older builds would misread (see ``store.codec``, Versions)."""
-    if identity.schema_version == SCHEMA_VERSION:
-        return identity
-    upgraded = replace(identity, schema_version=SCHEMA_VERSION)
-    _put_meta(db, {META_IDENTITY: encode_identity(upgraded)})
-    return upgraded
-
-
 def _store_options(names: tuple[str, ...], create: bool, shared: SharedMemory | None = None):
     """``store_options`` for the families on disk."""
     generations = tuple(name for name in names if gens.first_seq_of(name) is not None)
-    return store_options(create, shared, generations, legacy_ids=CF_IDS in names)
+    return store_options(create, shared, generations)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -213,6 +197,14 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def _older_schema(path: Path, version: str) -> StoreVersionError:
+    return StoreVersionError(
+        f"store {path} has schema version {version}; this dedupectl reads version {SCHEMA_VERSION} only",
+        f"rebuild it from the output topic: dedupectl rebuild -p {path.name.rsplit('-', 1)[-1]} --replace "
+        "(with the worker stopped), or use the dedupectl release that wrote it",
+    )
 
 
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
@@ -297,24 +289,15 @@ class DedupStore:
             WRITING.add(path.resolve())  # readers in this process then follow it (store.writer_lock)
 
     def _attach(self, families: tuple[str, ...]) -> None:
-        """Take up the families of ``self._db``. A store not yet migrated reads its one ``ids`` family as a
-        single generation (see store.codec); leftovers of an interrupted migration are then ignored."""
+        """Take up the families of ``self._db``: ``times``, ``meta`` and the generations."""
         db = self._db
         self._family_names_on_open = families
-        migrated = self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA
-        self._legacy_ids: Generation | None = None
-        if CF_IDS in families:
-            self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
         live = gens.live_families(families)
         self._times = db.get_column_family(CF_TIMES)
         self._meta = db.get_column_family(CF_META)
         self._times_handle = db.get_column_family_handle(CF_TIMES)
         self._meta_handle = db.get_column_family_handle(CF_META)
-        self._generations = Generations(
-            [self._generation(name, gens.first_seq_of(name)) for name in live]
-            if migrated or self._legacy_ids is None
-            else [self._legacy_ids]
-        )
+        self._generations = Generations([self._generation(name, gens.first_seq_of(name)) for name in live])
         for generation in list(self._generations)[:-1]:
             _leave_block_cache_alone(generation)
         self._attach_arrays()
@@ -533,13 +516,8 @@ class DedupStore:
         except Exception as error:
             raise _translate_open_error(path, error) from error
         families = set(names)
-        if CF_META in families and set(LEGACY_FAMILIES) & families and CF_TIMES not in families:
-            raise StoreVersionError(
-                f"store {path} has schema version 1 (each id stored twice); this dedupectl reads version "
-                f"{SCHEMA_VERSION}",
-                "stop the worker, move the directory aside and start the worker again: recovery rebuilds the "
-                "store from the output topic (or use the dedupectl release that wrote it)",
-            )
+        if CF_META in families and families & {CF_IDS, SEQ_VIEW}:  # one ids family: schema 4 and older
+            raise _older_schema(path, "an earlier one")
         missing = set(REQUIRED_FAMILIES) - families
         if missing:
             raise StoreNotFoundError(
@@ -573,13 +551,8 @@ class DedupStore:
                     "restore it from a snapshot or rebuild it from the output topic",
                 )
             else:
-                if identity.schema_version not in READABLE_SCHEMA_VERSIONS:
-                    problem = StoreVersionError(
-                        f"store {path} has schema version {identity.schema_version}; "
-                        f"this dedupectl reads versions {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}",
-                        "use the dedupectl release that wrote it, or move the directory aside and let the worker's "
-                        "recovery rebuild the store from the output topic",
-                    )
+                if identity.schema_version != SCHEMA_VERSION:
+                    problem = _older_schema(path, str(identity.schema_version))
         if problem is not None:
             db.close()
             raise problem
@@ -588,16 +561,9 @@ class DedupStore:
     # -- the layout on disk --------------------------------------------------------------------------
 
     def _settle_layout(self) -> None:
-        """For a writer: move a schema 4 store's ids into generations, then mark the store current. On any
-        failure the store is closed and the error raised."""
+        """For a writer: finish what a stop or crash cut short (unnamed arrays, children's scratch, seals). On
+        any failure the store is closed and the error raised."""
         try:
-            legacy = self._legacy_ids
-            if legacy is not None and self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA:
-                self._legacy_ids = None  # migrated, and killed before this family was dropped
-                self._drop_family(legacy)
-            elif legacy is not None:
-                self._migrate_legacy_ids(legacy)
-            self.identity = _upgrade_schema(self._db, self.identity)
             self._settle_arrays()
             child_process.clear(self.path)  # what a killed worker's children left
             for generation in list(self._generations)[:-1]:
@@ -651,61 +617,6 @@ class DedupStore:
             finally:
                 del it
         return False
-
-    def _migrate_legacy_ids(self, legacy: Generation) -> None:
-        """Write the live ids of schema 4's one ``ids`` family into generations, one SST file each, written
-        apart and ingested; then mark the store schema 5 and drop the old family.
-
-        Killed at any point, the store is the old one or the new one: until the schema mark is written the old
-        family is what every reader uses, and the next writer drops the half-made generations and starts again;
-        once it is written the generations are whole, and the next writer drops the old family."""
-        started = time.monotonic()
-        for name in Rdict.list_cf(str(self.path)):
-            if gens.first_seq_of(name) is not None:  # an interrupted migration's
-                self._db.drop_column_family(name)
-        scratch = self.path / ".migrating"
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir()
-        stretch = self.generation_ids()
-        cut = self._state.first_live_seq
-        writer_options = generation_options(Cache(0), filtered=False)
-        writers: dict[int, SstFileWriter] = {}
-        read = _id_scan_reads()
-        moved = 0
-        try:
-            for key, value in scan(legacy.family, IDS_LOWER, read):  # key order: each file's
-                seq = int.from_bytes(value, "big")
-                if seq < cut:
-                    continue  # aged: not carried over
-                first = seq // stretch * stretch
-                writer = writers.get(first)
-                if writer is None:
-                    writer = writers[first] = SstFileWriter(options=writer_options)
-                    writer.open(str(scratch / f"{first:020d}.sst"))
-                writer[key] = value
-                moved += 1
-            for writer in writers.values():
-                writer.finish()
-            firsts = sorted(writers)
-            ingest = IngestExternalFileOptions()
-            ingest.set_move_files(True)
-            for first in firsts:
-                name = gens.family_name(first)
-                family = self._db.create_column_family(name, self._new_generation_options)
-                family.ingest_external_file([str(scratch / f"{first:020d}.sst")], ingest)
-                family.close()
-        finally:
-            writers.clear()
-            shutil.rmtree(scratch, ignore_errors=True)
-        self.identity = _upgrade_schema(self._db, self.identity)  # from here on the generations are the store
-        self._legacy_ids = None
-        self._drop_family(legacy)
-        self._generations = Generations([self._generation(gens.family_name(first), first) for first in firsts])
-        log.info(
-            "%s[%d]: moved %d ids into %d generations in %.1f s (schema %d)",
-            self.identity.topic, self.identity.partition, moved, len(self._generations), time.monotonic() - started,
-            SCHEMA_VERSION,
-        )  # fmt: skip
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -1375,7 +1286,7 @@ class DedupStore:
 
     def id_families(self) -> list[tuple[str, int, int]]:
         """``(family, first, end)`` of each generation, oldest first: the numbers from ``first`` to ``end - 1``
-        are recorded there (a store not yet migrated: its one ``ids`` family)."""
+        are recorded there."""
         next_seq = self._state.next_seq
         return [(g.name, g.first_seq, self._generations.end_of(g, next_seq)) for g in self._generations]
 
@@ -1892,12 +1803,11 @@ class DedupStore:
         self._db.close()
 
     def _close_families(self) -> None:
-        for generation in {id(g): g for g in (*self._generations, self._legacy_ids) if g is not None}.values():
+        for generation in self._generations:
             if generation.family is not None:
                 generation.family.close()
             generation.family = generation.handle = None
         self._generations = Generations([])
-        self._legacy_ids = None
         self._times.close()
         self._meta.close()
         self._times = self._meta = self._times_handle = self._meta_handle = None

@@ -27,18 +27,21 @@ def store_path(tmp_path_factory):
         for start in range(0, 300_000, 5_000):
             store.record([f"ajs-{n:032x}".encode() for n in range(start, start + 5_000)], [start] * 5_000)
         store.flush()
+        assert store.id_families()[-1][1] == NEWEST_FIRST  # the newest generation keeps its ids in its family
     return path
 
 
-FAMILY = "ids.00000000000000000000"
+NEWEST_FIRST = 280_000
+NEWEST = f"ids.{NEWEST_FIRST:020d}"
 
 
 def _writer(store_path) -> Child:
-    return Child(store_path, "store.arrays_writer", str(store_path), FAMILY, "0")
+    """The child that writes the newest generation's arrays: no store names them, so the next writer removes them."""
+    return Child(store_path, "store.arrays_writer", str(store_path), NEWEST, str(NEWEST_FIRST))
 
 
 def _written(store_path) -> Path:
-    return store_path / generation_arrays.file_name(FAMILY, AJS_PREFIX)
+    return store_path / generation_arrays.file_name(NEWEST, AJS_PREFIX)
 
 
 def _wait_for(condition, timeout_s: float = 60.0) -> None:
@@ -65,7 +68,7 @@ def test_a_child_that_ran_to_the_end_leaves_only_what_it_was_asked_to_write(stor
     child.end()
     assert not child.scratch.exists()
     assert _written(store_path).exists()
-    _written(store_path).unlink()  # named by no store: its next writer would remove it
+    _written(store_path).unlink()  # named by no store: its next writer would remove it too
 
 
 def _running(pid: int) -> bool:
@@ -85,7 +88,8 @@ def test_a_child_ends_with_the_process_that_started_it(store_path, tmp_path):
             textwrap.dedent(f"""
                 import sys, time
                 from store.child_process import SCRATCH_DIR, Child
-                child = Child({str(store_path)!r}, "store.arrays_writer", {str(store_path)!r}, {FAMILY!r}, "0")
+                store = {str(store_path)!r}
+                child = Child(store, "store.arrays_writer", store, {NEWEST!r}, "{NEWEST_FIRST}")
                 print(child.process.pid, flush=True)
                 time.sleep(600)
             """),
