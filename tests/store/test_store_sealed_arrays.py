@@ -179,7 +179,7 @@ def test_a_truncated_or_foreign_file_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(StoreCorruptError, match="a prefix of 200 bytes"):
         SealedArrays.open(path)
     path.write_bytes(b"not arrays at all" * 10)
-    with pytest.raises(StoreCorruptError, match="does not start with a sealed-arrays header"):
+    with pytest.raises(StoreCorruptError, match="does not start with this layout's header"):
         SealedArrays.open(path)
 
 
