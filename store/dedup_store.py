@@ -366,8 +366,9 @@ class DedupStore:
     ) -> DedupStore:
         """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``shared`` is the
         memtable budget and block cache it shares with the other stores of its worker. Its lookups go through
-        an id filter (``store.id_filter``) sized for ``window_ids``, the most ids aging lets it keep (None: no
-        bound, the filter grows with the store)."""
+        an id filter (``store.id_filter``) sized for ``window_ids``, the store's bound: the most ids aging lets it
+        keep (a worker always gives one; None, for tools and tests: sized for twice the ids held, built again
+        inline, larger, when it fills)."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
