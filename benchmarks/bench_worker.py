@@ -106,6 +106,8 @@ def main() -> None:
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-i", "in"]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
+            if prefilled:  # a bound that holds the prefill and the run's ids: nothing ages, as on the empty stores
+                command += ["--max-keys", str((args.prefilled_ids + args.count) // PARTITIONS * 2)]
             run = _json_from(command)
             check = check_output(kafka, output, expected)
             shutil.rmtree(data_dir, ignore_errors=True)

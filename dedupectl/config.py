@@ -77,6 +77,10 @@ DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
 DEFAULT_BROKER_RETRY_FOR = 300.0
 DEFAULT_STOP_TIMEOUT = 60.0  # below the 90 s grace period of the deployment files
 MIN_MEMTABLE_BUDGET = 4 * 1024 * 1024
+# The bound a partition's store is sized for when none is given: 10M ids take about 250 MB of disk and a 24 MB
+# id filter (docs/reference/configuration.md); the effective-window alert says when it is too small.
+DEFAULT_MAX_KEYS = 10_000_000
+BOUND_BYTES_PER_ID = 25  # max_bytes to ids: a store at scale takes at most this many bytes per id
 
 
 @dataclass(frozen=True)
@@ -97,8 +101,10 @@ class WorkerConfig:
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
     metrics_host: str = "0.0.0.0"
-    max_keys: int | None = None  # aging: keep at most this many ids per partition (oldest go first)
-    max_bytes: int | None = None  # aging: keep at most this many bytes of SST files per partition
+    # the bound: at most this many ids per partition (oldest go first); it sizes each store's id filter and
+    # generations. Given max_bytes alone, max_bytes / BOUND_BYTES_PER_ID; given neither, DEFAULT_MAX_KEYS
+    max_keys: int = DEFAULT_MAX_KEYS
+    max_bytes: int | None = None  # aging: keep at most this many bytes of store files per partition too
     memtable_budget: int = DEFAULT_MEMTABLE_BUDGET  # bytes: the memtables of all held partitions together
     # seconds between periodic snapshots of every held partition (None: on request only)
     snapshot_every: float | None = None
@@ -302,7 +308,7 @@ def resolve_worker_config(
             )
             if fields.get(key) is not None
         },
-        max_keys=fields.get("max_keys"),
+        max_keys=_bound(fields.get("max_keys"), _size(fields.get("max_bytes"), "max_bytes")),
         max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
         memtable_budget=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
         snapshot_every=_duration(fields.get("snapshot_every"), "snapshot_every"),
@@ -335,6 +341,16 @@ def _size(text: str | None, what: str) -> int | None:
     return parse_size(text, what=what)
 
 
+def _bound(max_keys: int | None, max_bytes: int | None) -> int:
+    """The ids a partition's store keeps at most: ``max_keys``, else ``max_bytes`` turned into ids at
+    ``BOUND_BYTES_PER_ID``, else ``DEFAULT_MAX_KEYS``."""
+    if max_keys is not None:
+        return max_keys
+    if max_bytes is not None:
+        return max(1, max_bytes // BOUND_BYTES_PER_ID)
+    return DEFAULT_MAX_KEYS
+
+
 def _duration(text: str | None, what: str) -> float | None:
     if text is None:
         return None
@@ -353,7 +369,7 @@ def _validate(config: WorkerConfig) -> None:
             raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
     if config.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
-    if config.max_keys is not None and config.max_keys < 1:
+    if config.max_keys < 1:
         raise ConfigError(f"max_keys must be at least 1, got {config.max_keys}")
     if config.memtable_budget < MIN_MEMTABLE_BUDGET:
         raise ConfigError(

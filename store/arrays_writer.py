@@ -21,7 +21,7 @@ from store import generation_arrays
 from store.child_process import end_with_parent
 from store.dedup_store import DedupStore
 
-# as a merge's: sealed arrays only make later lookups cheaper, and can wait for the worker
+# below the worker: sealed arrays only make later lookups cheaper, and can wait for its batches
 WRITER_NICENESS = 10
 
 

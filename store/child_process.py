@@ -1,9 +1,9 @@
-"""A child process of a store's: a Python module run by this interpreter, apart from the worker's thread (a
-filter's growth, ``store.filter_growth``; a merge of generations, ``store.generation_merge``).
+"""A child process of a store's: a Python module run by this interpreter, apart from the worker's thread (the
+writer of a sealed generation's arrays, ``store.arrays_writer``).
 
-A child never outlives the worker that started it: what it writes (a grown filter's file, a merge's files) is
-read only by the ``Growth`` or ``Merge`` that started it, and a child of a killed worker could otherwise write
-them where the worker started in its place reads its own child's."""
+A child never outlives the worker that started it: what it writes (a generation's sealed arrays) is named
+only by the store that started it, and a child of a killed worker could otherwise write files where the
+worker started in its place reads its own child's."""
 
 from __future__ import annotations
 

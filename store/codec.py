@@ -14,20 +14,17 @@ two more families, always written together in one ``WriteBatch``:
            value  the id's sequence number, big-endian, as few bytes as the batch's largest needs
                   (1 byte up to 255, 2 up to 65,535, ...; leading zeros are allowed); in a generation with
                   sealed arrays, an empty value marks an id of theirs forgotten (``forget_many``)
-           (schema 6: a worker's sealed generations keep their ``ajs-`` and UUID ids in sealed arrays, one
-           file per prefix beside the database, ``store.generation_arrays``, and not in the family, but for
-           ids put back or forgotten since)
-           (schema 4 and older: one FIFO family ``ids`` for all of them, with batch markers ``0x00`` / ``0xFF``
-           + ``>Q`` first / last sequence number of a batch, which made each file's smallest and largest keys
-           its sequence range; such a store is migrated to generations when a writer opens it)
+           (a worker's sealed generations keep their ``ajs-`` and UUID ids in sealed arrays, one file per
+           prefix beside the database, ``store.generation_arrays``, and not in the family, but for ids put
+           back or forgotten since)
 ``times``  key    ``>Q`` first sequence number of a batch (fixed-width big-endian: byte order is numeric
                   order; decimal strings would sort "10" before "9")
            value  ``>Bq`` delta width (2, 4 or 8; + 0x80 when digests end the value, + 0x40 when output
                   offsets follow the deltas) | first timestamp (ms), [``>I`` count, when either flag is set,]
                   then the other timestamps as big-endian deltas from their predecessor (publication order
-                  keeps deltas small), then (schema 4) the output offset each id was published at: ``>qB``
+                  keeps deltas small), then the output offset each id was published at: ``>qB``
                   first offset | delta width (0: consecutive offsets, nothing follows; else 1, 2, 4 or 8)
-                  and the other offsets' unsigned deltas; then (schema 3) the batch's digests: for each 512
+                  and the other offsets' unsigned deltas; then the batch's digests: for each 512
                   ids in sequence order, 16 bytes of BLAKE2b-128 of their ``ids`` keys and lengths
                   (``batch_digests``). Reconcile compares a stretch of the output with the store by these
                   digests instead of looking up every id (``reconcile.lookup``); a batch that lost ids
@@ -67,13 +64,10 @@ batches numbered below its ``from_seq`` belong to the topic's earlier life: the 
 recorded without offsets (``DedupStore.output_offsets``). A store without these keys has no gap (builds
 before them ignore the keys, and would read such earlier offsets as the present topic's).
 
-Versions. Schema 2 is schema 3 without digests, schema 3 is schema 4 without output offsets, and schema 4 is
-schema 5 with every id in the one ``ids`` family: such a store opens, and a read-write open moves its ids into
-generations and marks it current (older builds then refuse it instead of misreading the new fields);
-its old batches are reconciled id by id, and where the aging cut falls in a batch without offsets, reconcile
-cannot place the cut exactly and says so. Schema 5 is schema 6 without sealed arrays: a read-write open marks
-it 6 (a build of schema 5 would miss the ids in sealed arrays), and a worker then writes its sealed
-generations' arrays in the background, one at a time; until then they are read as runs, as before.
+Versions. A store has schema 6, written in its identity when it is created; a store of any other (an earlier
+build's: one ``ids`` family, no sealed arrays, batches without offsets or digests) is refused in one line that
+says to rebuild it from the output topic (``dedupectl rebuild``). A batch may still lack digests (it lost ids
+to ``forget_many``) or offsets (recorded without them, or before an accepted ``truncated`` gap): both are read.
 """
 
 from __future__ import annotations
@@ -91,10 +85,7 @@ from functools import lru_cache
 from itertools import accumulate, islice
 from operator import sub
 
-SCHEMA_VERSION = 6
-# 2: no digests in ``times``; 3: no output offsets; 4: one ``ids`` family (see Versions)
-READABLE_SCHEMA_VERSIONS = (2, 3, 4, 5, 6)
-FIRST_GENERATIONS_SCHEMA = 5
+SCHEMA_VERSION = 6  # the one a store may have (see Versions)
 MAX_ID_BYTES = 256
 
 CF_IDS = "ids"
@@ -103,16 +94,14 @@ CF_META = "meta"
 COLUMN_FAMILIES = (CF_IDS, CF_TIMES, CF_META)  # as commands name them: ``ids`` is every generation
 REQUIRED_FAMILIES = (CF_TIMES, CF_META)  # on disk in every store (generations come and go)
 # Not a family on disk: the name of the read-only sequence view ``DedupStore.family(SEQ_VIEW)`` builds on
-# demand. A family of that name on disk marks a schema 1 store, which this build does not open.
+# demand. A family of that name, or one named ``ids``, on disk marks a store of an earlier layout.
 SEQ_VIEW = "seq"
-LEGACY_FAMILIES = (SEQ_VIEW,)
 
 META_IDENTITY = b"identity"
 META_STATE = b"state"
 META_REFUSED_GAP = b"refused-gap"
 META_ACCEPTED_GAPS = b"accepted-gaps"
 META_FILTER_TOKEN = b"filter-token"
-META_MERGED = b"merged-generations"  # the sources of a merge committed and not yet dropped
 META_ARRAYS = b"sealed-arrays"  # each generation's files of sealed arrays (``store.generation_arrays``)
 
 GAP_RETENTION = "retention"  # the output's first retained offset passed the store's covered offset
@@ -122,11 +111,9 @@ AJS_PREFIX = b"\xa0\x10"
 TAG_AJS = AJS_PREFIX[0]
 TAG_UUID = 0x02
 TAG_RAW = 0x03
-MARK_FIRST = 0x00
-MARK_LAST = 0xFF
-# Iteration bounds of the id keys (schema 4's batch markers excluded).
+# Iteration bounds of the id keys: every tag above falls between them.
 IDS_LOWER = bytes([TAG_UUID])
-IDS_UPPER = bytes([MARK_LAST])
+IDS_UPPER = b"\xff"
 
 _SEQ_KEY = struct.Struct(">Q")
 _STATE = struct.Struct(">QQqq")
@@ -322,19 +309,6 @@ def decode_id(key: bytes) -> bytes:
     raise ValueError(f"not an id key: {key[:9]!r}")
 
 
-def is_marker(key: bytes) -> bool:
-    return key[:1] in (b"\x00", b"\xff") and len(key) == 9
-
-
-def encode_marker(first: bool, seq: int) -> bytes:
-    return bytes([MARK_FIRST if first else MARK_LAST]) + _SEQ_KEY.pack(seq)
-
-
-def decode_marker(key: bytes) -> int:
-    """The sequence number of a batch marker."""
-    return _SEQ_KEY.unpack_from(key, 1)[0]
-
-
 # -- sequence numbers ----------------------------------------------------------------------------------
 
 
@@ -499,7 +473,7 @@ def _offsets_section(value: bytes) -> tuple[int, int, int, int] | None:
 
 def times_offsets(value: bytes) -> list[int] | None:
     """The output offset of each id of the batch, in sequence order; None for a batch recorded without them
-    (schema 3, or written by hand)."""
+    (recorded without them)."""
     section = _offsets_section(value)
     if section is None:
         return None
@@ -523,7 +497,7 @@ def times_offset_at(value: bytes, index: int) -> int | None:
 
 def times_digests(value: bytes) -> bytes | None:
     """The digests a ``times`` value ends with (one per ``DIGEST_CHUNK`` ids, ``DIGEST_BYTES`` each); None for a
-    batch without them (schema 2, or a batch that lost ids)."""
+    batch that lost ids)."""
     if not value[0] & TIMES_DIGEST_FLAG:
         return None
     return value[len(value) - digest_count(times_count(value)) * DIGEST_BYTES :]

@@ -29,19 +29,16 @@ from pathlib import Path
 import numpy as np
 from rocksdict import (
     AccessType,
-    Cache,
     Checkpoint,
     IngestExternalFileOptions,
     Rdict,
     ReadOptions,
-    SstFileWriter,
     WriteBatch,
     WriteOptions,
 )
 
 from store import child_process
 from store import generation_arrays as arrays_files
-from store import generation_merge as merges
 from store import generations as gens
 from store.catch_up import Backoff, catch_up, manifest_mark
 from store.clock import now_ms
@@ -51,19 +48,15 @@ from store.codec import (
     CF_TIMES,
     DIGEST_BYTES,
     DIGEST_CHUNK,
-    FIRST_GENERATIONS_SCHEMA,
     GAP_TRUNCATED,
     IDS_LOWER,
     IDS_UPPER,
-    LEGACY_FAMILIES,
     META_ACCEPTED_GAPS,
     META_ARRAYS,
     META_FILTER_TOKEN,
     META_IDENTITY,
-    META_MERGED,
     META_REFUSED_GAP,
     META_STATE,
-    READABLE_SCHEMA_VERSIONS,
     REQUIRED_FAMILIES,
     SCHEMA_VERSION,
     SEQ_VIEW,
@@ -104,15 +97,14 @@ from store.errors import (
     StoreNotFoundError,
     StoreVersionError,
 )
-from store.filter_keeper import FILTER_SLACK, FilterKeeper, StoreAccess
+from store.filter_keeper import FILTER_FILE, FILTER_SLACK, FilterKeeper, StoreAccess
 from store.generations import Generation, Generations, ScanPoint
-from store.id_filter import GROUPS, FilterStamp, IdFilter, body_hashes, key_hashes
+from store.id_filter import GROUPS, IdFilter, body_hashes, key_hashes, saved_stamp
 from store.layout import holds_database_files
 from store.options import (
     SEALED_GENERATION_OPTIONS,
     WRITTEN_GENERATION_OPTIONS,
     SharedMemory,
-    generation_options,
     older_generation_reads,
     seal_options,
     store_options,
@@ -158,7 +150,7 @@ def _leave_block_cache_alone(generation: Generation) -> None:
 
 
 def _id_scan_reads() -> ReadOptions:
-    """A scan of a generation's ids: up to IDS_UPPER (a schema 4 family's batch markers are not ids), without
+    """A scan of a generation's ids: up to IDS_UPPER (past every id key), without
     filling the block cache (a scan reads each block once)."""
     read = ReadOptions()
     read.set_iterate_upper_bound(IDS_UPPER)
@@ -174,17 +166,6 @@ def _read_meta_values(db: Rdict) -> tuple[bytes | None, bytes | None]:
             return meta.get(META_IDENTITY), meta.get(META_STATE)
     finally:
         meta.close()
-
-
-def _committed_merge_sources(db: Rdict) -> list[str]:
-    """The sources of a merge committed and not yet dropped (``store.generation_merge``)."""
-    meta = db.get_column_family(CF_META)
-    try:
-        with translated():
-            raw = meta.get(META_MERGED)
-    finally:
-        meta.close()
-    return [] if raw is None else json.loads(raw)
 
 
 def _put_meta(db: Rdict, values: dict[bytes, bytes]) -> None:
@@ -204,20 +185,10 @@ def _write_fresh_meta(db: Rdict, identity: StoreIdentity) -> tuple[StoreIdentity
     return identity, state
 
 
-def _upgrade_schema(db: Rdict, identity: StoreIdentity) -> StoreIdentity:
-    """Mark a store opened for writing, its ids in generations, as the current schema: it is about to get
-    fields that older builds would misread (see ``store.codec``, Versions)."""
-    if identity.schema_version == SCHEMA_VERSION:
-        return identity
-    upgraded = replace(identity, schema_version=SCHEMA_VERSION)
-    _put_meta(db, {META_IDENTITY: encode_identity(upgraded)})
-    return upgraded
-
-
 def _store_options(names: tuple[str, ...], create: bool, shared: SharedMemory | None = None):
     """``store_options`` for the families on disk."""
     generations = tuple(name for name in names if gens.first_seq_of(name) is not None)
-    return store_options(create, shared, generations, legacy_ids=CF_IDS in names)
+    return store_options(create, shared, generations)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -226,6 +197,14 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+
+
+def _older_schema(path: Path, version: str) -> StoreVersionError:
+    return StoreVersionError(
+        f"store {path} has schema version {version}; this dedupectl reads version {SCHEMA_VERSION} only",
+        f"rebuild it from the output topic: dedupectl rebuild -p {path.name.rsplit('-', 1)[-1]} --replace "
+        "(with the worker stopped), or use the dedupectl release that wrote it",
+    )
 
 
 def _translate_open_error(path: Path, error: Exception) -> StoreError:
@@ -274,8 +253,6 @@ class DedupStore:
         self._converts = filtered
         self._to_convert: list[Generation] = []
         self._conversion: _Conversion | None = None
-        self._merge: merges.Merge | None = None
-        self._merge_due = False  # whether generations may need merging: asked at the next record
         self._closed = False
         try:
             self._attach(families)
@@ -293,17 +270,18 @@ class DedupStore:
                 identity=identity,
                 state=lambda: self._state,
                 window=self._filter_window,
-                id_scan_step=self._id_scan_step,
                 id_hashes=self._id_hashes,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,
-                grows=lambda: self._window_ids is None,
+                sync_log=lambda: self._db.flush_wal(True),
             )
         )
         self._refused_gap: OutputGap | None = None
         self._accepted_gaps: tuple[AcceptedGap, ...] = ()
         try:
             self._load_gaps()
+            if not follows_writer:  # a follower's state may trail its writer's saves
+                self._refuse_if_behind()
         except BaseException:
             self._abandon()
             raise
@@ -311,25 +289,15 @@ class DedupStore:
             WRITING.add(path.resolve())  # readers in this process then follow it (store.writer_lock)
 
     def _attach(self, families: tuple[str, ...]) -> None:
-        """Take up the families of ``self._db``. A store not yet migrated reads its one ``ids`` family as a
-        single generation (see store.codec); leftovers of an interrupted migration are then ignored."""
+        """Take up the families of ``self._db``: ``times``, ``meta`` and the generations."""
         db = self._db
         self._family_names_on_open = families
-        migrated = self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA
-        self._legacy_ids: Generation | None = None
-        if CF_IDS in families:
-            self._legacy_ids = Generation(0, CF_IDS, db.get_column_family(CF_IDS), db.get_column_family_handle(CF_IDS))
-        live, leftovers = gens.live_families(families, _committed_merge_sources(db))
-        self._leftover_families = leftovers if migrated or self._legacy_ids is None else []
+        live = gens.live_families(families)
         self._times = db.get_column_family(CF_TIMES)
         self._meta = db.get_column_family(CF_META)
         self._times_handle = db.get_column_family_handle(CF_TIMES)
         self._meta_handle = db.get_column_family_handle(CF_META)
-        self._generations = Generations(
-            [self._generation(name, gens.first_seq_of(name)) for name in live]
-            if migrated or self._legacy_ids is None
-            else [self._legacy_ids]
-        )
+        self._generations = Generations([self._generation(name, gens.first_seq_of(name)) for name in live])
         for generation in list(self._generations)[:-1]:
             _leave_block_cache_alone(generation)
         self._attach_arrays()
@@ -337,7 +305,7 @@ class DedupStore:
     def _attach_arrays(self) -> None:
         """Map the sealed arrays the metadata names for each live generation (their pages as lookups first touch
         them: an open does not wait for files the page cache may lack). A secondary instance skips a file the
-        writer removed since it listed the families (its generation aged out or merged meanwhile), and always
+        writer removed since it listed the families (its generation aged out meanwhile), and always
         asks a family before its arrays (it cannot know when the writer puts an id back there)."""
         self._arrays_raw = self._meta_value(META_ARRAYS)
         named = arrays_files.decode_names(self._arrays_raw)
@@ -358,6 +326,24 @@ class DedupStore:
         self.identity, state = self._read_meta(self._db, self.path)
         self._attach(names)
         self._state = self._visible(state)
+
+    def _refuse_if_behind(self) -> None:
+        """A saved id filter vouches for the ids recorded below its stamp's number (it is saved once they are
+        durable): a store whose files hold fewer has gone back to an older state than it had, which only damage
+        does (a MANIFEST cut short, a table lost with it), and RocksDB cannot tell from its files alone."""
+        stamp, identity, held = saved_stamp(self.path / FILTER_FILE), self.identity, self._state.next_seq
+        if stamp is None or (stamp.topic, stamp.partition, stamp.created_ms) != (
+            identity.topic,
+            identity.partition,
+            identity.created_ms,
+        ):
+            return
+        if stamp.next_seq > held:
+            raise damaged(
+                f"store {self.path}",
+                f"its files hold {held:,} recorded ids, fewer than the {stamp.next_seq:,} its saved id filter "
+                "holds: its MANIFEST or a table is damaged",
+            )
 
     def _meta_value(self, key: bytes) -> bytes | None:
         with translated():
@@ -380,8 +366,9 @@ class DedupStore:
     ) -> DedupStore:
         """Open (creating if needed) the store of ``topic``/``partition`` for writing; ``shared`` is the
         memtable budget and block cache it shares with the other stores of its worker. Its lookups go through
-        an id filter (``store.id_filter``) sized for ``window_ids``, the most ids aging lets it keep (None: no
-        bound, the filter grows with the store)."""
+        an id filter (``store.id_filter``) sized for ``window_ids``, the store's bound: the most ids aging lets it
+        keep (a worker always gives one; None, for tools and tests: sized for twice the ids held, built again
+        inline, larger, when it fills)."""
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -530,18 +517,19 @@ class DedupStore:
         except Exception as error:
             raise _translate_open_error(path, error) from error
         families = set(names)
-        if CF_META in families and set(LEGACY_FAMILIES) & families and CF_TIMES not in families:
-            raise StoreVersionError(
-                f"store {path} has schema version 1 (each id stored twice); this dedupectl reads version "
-                f"{SCHEMA_VERSION}",
-                "stop the worker, move the directory aside and start the worker again: recovery rebuilds the "
-                "store from the output topic (or use the dedupectl release that wrote it)",
-            )
+        if CF_META in families and families & {CF_IDS, SEQ_VIEW}:  # one ids family: schema 4 and older
+            raise _older_schema(path, "an earlier one")
         missing = set(REQUIRED_FAMILIES) - families
         if missing:
             raise StoreNotFoundError(
                 f"{path} is a RocksDB database but not a dedup store (no {', '.join(sorted(missing))} family)",
                 "check --data-dir and --partition",
+            )
+        foreign = gens.foreign_families(names)
+        if foreign:  # merged generations of an earlier build: their ids would go unread
+            raise StoreVersionError(
+                f"store {path} has generations this dedupectl does not read ({', '.join(sorted(foreign))})",
+                f"rebuild it from the output topic: dedupectl rebuild -p {path.name.rsplit('-', 1)[-1]} --replace",
             )
         return names
 
@@ -564,13 +552,8 @@ class DedupStore:
                     "restore it from a snapshot or rebuild it from the output topic",
                 )
             else:
-                if identity.schema_version not in READABLE_SCHEMA_VERSIONS:
-                    problem = StoreVersionError(
-                        f"store {path} has schema version {identity.schema_version}; "
-                        f"this dedupectl reads versions {', '.join(map(str, READABLE_SCHEMA_VERSIONS))}",
-                        "use the dedupectl release that wrote it, or move the directory aside and let the worker's "
-                        "recovery rebuild the store from the output topic",
-                    )
+                if identity.schema_version != SCHEMA_VERSION:
+                    problem = _older_schema(path, str(identity.schema_version))
         if problem is not None:
             db.close()
             raise problem
@@ -579,17 +562,9 @@ class DedupStore:
     # -- the layout on disk --------------------------------------------------------------------------
 
     def _settle_layout(self) -> None:
-        """For a writer: move a schema 4 store's ids into generations, then mark the store current. On any
-        failure the store is closed and the error raised."""
+        """For a writer: finish what a stop or crash cut short (unnamed arrays, children's scratch, seals). On
+        any failure the store is closed and the error raised."""
         try:
-            legacy = self._legacy_ids
-            if legacy is not None and self.identity.schema_version >= FIRST_GENERATIONS_SCHEMA:
-                self._legacy_ids = None  # migrated, and killed before this family was dropped
-                self._drop_family(legacy)
-            elif legacy is not None:
-                self._migrate_legacy_ids(legacy)
-            self.identity = _upgrade_schema(self._db, self.identity)
-            self._drop_merge_leftovers()
             self._settle_arrays()
             child_process.clear(self.path)  # what a killed worker's children left
             for generation in list(self._generations)[:-1]:
@@ -644,75 +619,6 @@ class DedupStore:
                 del it
         return False
 
-    def _drop_merge_leftovers(self) -> None:
-        """Finish a merge a stop or crash cut short (``store.generation_merge``): drop the sources of a committed
-        one, or the merged family of one not committed, and what its child wrote."""
-        for name in self._leftover_families:
-            self._db.drop_column_family(name)
-        if self._leftover_families or self._meta_value(META_MERGED) is not None:
-            log.info("store %s: dropped the families a merge cut short left: %s", self.path, self._leftover_families)
-            batch = WriteBatch(raw_mode=True)
-            batch.delete(META_MERGED, self._meta_handle)
-            self._db.write(batch)
-        self._leftover_families = []
-        merges.clear(self.path)
-        self._merge_due = self._filtered
-
-    def _migrate_legacy_ids(self, legacy: Generation) -> None:
-        """Write the live ids of schema 4's one ``ids`` family into generations, one SST file each, written
-        apart and ingested; then mark the store schema 5 and drop the old family.
-
-        Killed at any point, the store is the old one or the new one: until the schema mark is written the old
-        family is what every reader uses, and the next writer drops the half-made generations and starts again;
-        once it is written the generations are whole, and the next writer drops the old family."""
-        started = time.monotonic()
-        for name in Rdict.list_cf(str(self.path)):
-            if gens.first_seq_of(name) is not None:  # an interrupted migration's
-                self._db.drop_column_family(name)
-        scratch = self.path / ".migrating"
-        shutil.rmtree(scratch, ignore_errors=True)
-        scratch.mkdir()
-        stretch = self.generation_ids()
-        cut = self._state.first_live_seq
-        writer_options = generation_options(Cache(0), filtered=False)
-        writers: dict[int, SstFileWriter] = {}
-        read = _id_scan_reads()
-        moved = 0
-        try:
-            for key, value in scan(legacy.family, IDS_LOWER, read):  # key order: each file's
-                seq = int.from_bytes(value, "big")
-                if seq < cut:
-                    continue  # aged: not carried over
-                first = seq // stretch * stretch
-                writer = writers.get(first)
-                if writer is None:
-                    writer = writers[first] = SstFileWriter(options=writer_options)
-                    writer.open(str(scratch / f"{first:020d}.sst"))
-                writer[key] = value
-                moved += 1
-            for writer in writers.values():
-                writer.finish()
-            firsts = sorted(writers)
-            ingest = IngestExternalFileOptions()
-            ingest.set_move_files(True)
-            for first in firsts:
-                name = gens.family_name(first)
-                family = self._db.create_column_family(name, self._new_generation_options)
-                family.ingest_external_file([str(scratch / f"{first:020d}.sst")], ingest)
-                family.close()
-        finally:
-            writers.clear()
-            shutil.rmtree(scratch, ignore_errors=True)
-        self.identity = _upgrade_schema(self._db, self.identity)  # from here on the generations are the store
-        self._legacy_ids = None
-        self._drop_family(legacy)
-        self._generations = Generations([self._generation(gens.family_name(first), first) for first in firsts])
-        log.info(
-            "%s[%d]: moved %d ids into %d generations in %.1f s (schema %d)",
-            self.identity.topic, self.identity.partition, moved, len(self._generations), time.monotonic() - started,
-            SCHEMA_VERSION,
-        )  # fmt: skip
-
     # -- reading -------------------------------------------------------------------------------------
 
     @property
@@ -745,9 +651,9 @@ class DedupStore:
         """A secondary instance's state, as far as its families hold it. The writer may start a generation
         after the instance listed the families and before it caught up: the instance then reads the batches
         recorded into it (the state) but not that generation's ids, so its state stops below the first number
-        of the oldest such generation. A merged generation holds only ids of generations the instance reads."""
+        of the oldest such generation."""
         unseen = set(Rdict.list_cf(str(self.path))) - set(self._family_names_on_open)
-        written = [name for name in unseen if not gens.merge_of(name)]
+        written = list(unseen)
         below = min((first for name in written if (first := gens.first_seq_of(name)) is not None), default=None)
         if below is None or below >= state.next_seq:
             return state
@@ -883,16 +789,9 @@ class DedupStore:
         if self._filtered:
             self._filters.ready()
 
-    def build_id_filter(self, span: int) -> tuple[IdFilter, FilterStamp]:
-        """A new id filter of every live id with groups of ``span`` numbers, and a stamp of what it holds; a secondary
-        instance builds one so for its worker (``store.filter_growth``). A secondary instance's state stops below
-        a generation it could not open (``_visible``): the filter and its stamp stop there too, and the worker
-        adds the rest, as it adds those recorded since."""
-        return self._filters.build_apart(span)
-
     def _filter_window(self) -> int:
-        """Ids the filter is sized for: the aging bound, or twice the ids held without one (or past it), so
-        that a growing store needs a larger one only when it doubles (``store.filter_growth``)."""
+        """Ids the filter is sized for: the store's bound (``window_ids``), or, past it or without one, twice the
+        ids held (a store opened without its bound, or whose bound was lowered: aging brings it back under)."""
         bound, live = self._window_ids, self._state.live_ids
         return max(bound if bound and live <= bound else 2 * live, MIN_FILTER_WINDOW)
 
@@ -1158,8 +1057,6 @@ class DedupStore:
         seq_of = self.seqs_published_at(offsets)
         keys = encode_ids(ids)
         self._filters.wait_for_save()  # else it could name a file saved without these ids after the batch below
-        self._filters.ids_put_back()
-        self._void_merge()  # its files could lack the ids put back below
         self._void_conversion()  # so could sealed arrays being written
         batch = WriteBatch(raw_mode=True)
         batch.delete(META_FILTER_TOKEN, self._meta_handle)  # a saved filter lacks the ids put back below
@@ -1390,7 +1287,7 @@ class DedupStore:
 
     def id_families(self) -> list[tuple[str, int, int]]:
         """``(family, first, end)`` of each generation, oldest first: the numbers from ``first`` to ``end - 1``
-        are recorded there (a store not yet migrated: its one ``ids`` family)."""
+        are recorded there."""
         next_seq = self._state.next_seq
         return [(g.name, g.first_seq, self._generations.end_of(g, next_seq)) for g in self._generations]
 
@@ -1432,7 +1329,6 @@ class DedupStore:
             _leave_block_cache_alone(previous)
             self._seal_if_written(previous)
             self._filters.sealed()
-            self._merge_due = self._filtered
 
     def ingest_generations(self, files: dict[int, list[str]]) -> None:
         """Bulk load into a store that holds no ids yet: each entry's SST files (written apart, filterless:
@@ -1464,7 +1360,7 @@ class DedupStore:
         first (``_next_conversion``); then, or else, its family is compacted into its filterless run."""
         generation.family.set_options(SEALED_GENERATION_OPTIONS)  # from its next memtable on
         if self._converts and not generation.arrays and self._holds_array_keys(generation):
-            self._to_convert.append(generation)  # started once the batch that sealed it is written: _merge_step
+            self._to_convert.append(generation)  # started once the batch that sealed it is written: _conversion_step
         else:
             self._compact_sealed(generation)
 
@@ -1524,7 +1420,7 @@ class DedupStore:
         while self._conversion is None and self._to_convert:
             generation = self._to_convert.pop(0)
             if generation.family is None or generation.arrays:
-                continue  # aged out or merged meanwhile, or converted already
+                continue  # aged out meanwhile, or converted already
             conversion = _Conversion(generation)
 
             def run(conversion: _Conversion = conversion, generation: Generation = generation) -> None:
@@ -1714,11 +1610,6 @@ class DedupStore:
             dropped += 1
         return dropped, freed
 
-    def generation_items(self, name: str) -> Iterator[tuple[bytes, bytes]]:
-        """``(key, value)`` of a generation's ids in key order, without filling the block cache (for this
-        package's ``store.merge_writer``)."""
-        return self._items_of(self._generation_named(name), IDS_LOWER, _id_scan_reads())
-
     @staticmethod
     def _items_of(generation: Generation, from_key: bytes, read: ReadOptions) -> Iterator[tuple[bytes, bytes]]:
         """``(key, value)`` of a generation's ids in key order from ``from_key`` on: its family's, and its sealed
@@ -1728,127 +1619,12 @@ class DedupStore:
             return family_items
         return arrays_files.items_in_order(generation.arrays, family_items, from_key)
 
-    # -- merging generations (store.generation_merge) ------------------------------------------------
-
-    def _merge_step(self) -> None:
-        """Start merging the generations that the groups of the filter's stretch span, or take in a merge done
-        (and sealed arrays written meanwhile)."""
+    def _conversion_step(self) -> None:
+        """Between batches: take in the sealed arrays written for a generation, or start the next one due."""
         if self._conversion is not None:
             self._take_conversion()
         elif self._to_convert:
             self._next_conversion()
-        if self._filters.growing:
-            return  # its child reads every generation: none is dropped, nor a merge started, until it is done
-        merge = self._merge
-        if merge is None:
-            if self._merge_due:
-                self._start_merge()
-            return
-        try:
-            runs = merge.poll()
-        except merges.MergeFailed as error:
-            log.warning("store %s: could not merge generations (%s); tried again at the next seal", self.path, error)
-            self._end_merge()
-            return
-        if runs is not None:
-            try:
-                self._take_merged(runs)
-            except Exception as error:  # the store is whole either way: see _take_run
-                log.warning("store %s: could not take merged generations in (%s)", self.path, error)
-            finally:
-                self._end_merge()
-            self._merge_due = True  # a generation sealed meanwhile may join a run
-
-    def _start_merge(self) -> None:
-        if any(thread.is_alive() for thread in self._sealing.values()):
-            return  # asked again at the next record: a generation being sealed is merged once in one run
-        self._merge_due = False
-        if self._meta_value(META_MERGED) is not None:
-            return  # a merge whose sources could not all be dropped: the next open drops them first
-        cut, next_seq = self._state.first_live_seq, self._state.next_seq
-        sealed = [
-            (g.name, g.first_seq) for g in list(self._generations)[:-1] if self._generations.end_of(g, next_seq) > cut
-        ]
-        runs = gens.merge_runs(sealed, self.generation_ids())
-        if runs:
-            try:  # one run at a time: the disk holds one stretch twice at most, not the whole store
-                self._merge = merges.Merge(self.path, runs[:1], cut)
-            except OSError as error:
-                log.warning("store %s: could not start merging generations (%s)", self.path, error)
-                merges.clear(self.path)
-
-    def _take_merged(self, runs: list[merges.MergedRun]) -> None:
-        live = {g.name: g for g in self._generations}
-        for run in runs:
-            sources = [live.get(name) for name in run.sources]
-            if None not in sources:  # else aged meanwhile: dropped soon, merged or not
-                self._take_run(run, sources)
-
-    def _take_run(self, run: merges.MergedRun, sources: list[Generation]) -> None:
-        """A new family with the run's file ingested, the merge committed in the metadata, then the sources
-        dropped (the oldest first: see ``generations.live_families``) and the commit cleared. Killed before the
-        commit, the next open drops the new family; after it, the sources left."""
-        first = sources[0].first_seq
-        on_disk = [gens.merge_of(name) for name in Rdict.list_cf(str(self.path)) if gens.first_seq_of(name) == first]
-        name = gens.family_name(first, 1 + max(on_disk))
-        self._db.create_column_family(name, self._new_generation_options).close()
-        generation = self._generation(name, first)
-        ingest = IngestExternalFileOptions()
-        ingest.set_move_files(True)  # a hard link: the file is in the store's directory
-        try:
-            generation.family.ingest_external_file([str(run.file)], ingest)
-        except Exception:
-            self._drop_family(generation)
-            raise
-        generation.family.set_options(SEALED_GENERATION_OPTIONS)
-        _leave_block_cache_alone(generation)
-        self._to_convert = [g for g in self._to_convert if all(g is not source for source in sources)]
-        if self._conversion is not None and any(self._conversion.generation is source for source in sources):
-            self._take_conversion(wait_s=_FOREVER)  # taken in, to be dropped with its source
-        committed = WriteOptions()
-        committed.sync = True  # durable before any source is dropped
-        batch = WriteBatch(raw_mode=True)
-        batch.put(META_MERGED, json.dumps(list(run.sources)).encode(), self._meta_handle)
-        self._db.write(batch, committed)
-        for source in sources:
-            self._generations.remove(source)
-            sealing = self._sealing.pop(source.name, None)
-            if sealing is not None:
-                sealing.join()  # its family is about to be dropped: not while RocksDB compacts it
-        self._generations.add(generation)
-        for source in sources:
-            self._drop_family(source)
-        batch = WriteBatch(raw_mode=True)
-        batch.delete(META_MERGED, self._meta_handle)
-        self._forget_arrays(sources, batch)
-        if self._converts:
-            self._to_convert.append(generation)
-        log.info(
-            "%s[%d]: merged %d generations into %s (%d ids)",
-            self.identity.topic, self.identity.partition, len(sources), name, run.ids,
-        )  # fmt: skip
-
-    def wait_for_merges(self, timeout_s: float) -> bool:
-        """Take in the merges due (started now if need be) once done; False if ``timeout_s`` ran out first."""
-        deadline = time.monotonic() + timeout_s
-        while self._merge is not None or self._merge_due:
-            self._filters.step_growth()
-            self._merge_step()
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-        return True
-
-    def _void_merge(self) -> None:
-        """Ids change in sealed generations: a merge under way is started again from the store as it is then."""
-        if self._merge is not None:
-            self._end_merge()
-            self._merge_due = True
-
-    def _end_merge(self) -> None:
-        if self._merge is not None:
-            self._merge.end(self.path)
-            self._merge = None
 
     def _drop_family(self, generation: Generation) -> None:
         generation.family.close()
@@ -1913,7 +1689,7 @@ class DedupStore:
         if count:
             self._filters.add(keys, np.arange(first, first + count, dtype=np.int64))
             self._filters.save_if_due()
-            self._merge_step()
+            self._conversion_step()
         if self._seq_view is not None and count:
             self._seq_view.add(first, list(ids))
         return new_state
@@ -1930,7 +1706,6 @@ class DedupStore:
                 self._erase(self._generations.holding(seq), key, batch)
                 removed.append(seq)
         if removed:
-            self._void_merge()  # its files could hold the ids removed below
             self._void_conversion()  # so could sealed arrays being written
             self._drop_digests(sorted(removed), batch)
             self._db.write(batch)
@@ -2000,7 +1775,6 @@ class DedupStore:
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: drop them all first.
         try:
             if self.writable:
-                self._end_merge()
                 self._stop_conversion()
                 self.wait_for_seals()
                 self._filters.save_at_close()
@@ -2030,12 +1804,11 @@ class DedupStore:
         self._db.close()
 
     def _close_families(self) -> None:
-        for generation in {id(g): g for g in (*self._generations, self._legacy_ids) if g is not None}.values():
+        for generation in self._generations:
             if generation.family is not None:
                 generation.family.close()
             generation.family = generation.handle = None
         self._generations = Generations([])
-        self._legacy_ids = None
         self._times.close()
         self._meta.close()
         self._times = self._meta = self._times_handle = self._meta_handle = None

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from store.codec import CF_IDS, COLUMN_FAMILIES, decode_marker, is_marker
+from store.codec import CF_IDS, COLUMN_FAMILIES
 from store.dedup_store import DedupStore
 
 _SSTABLE_LINE = re.compile(r"^\s*(\d+):\d+\[")
@@ -26,8 +26,8 @@ class SstFile:
     largest: bytes
     entries: int
     deletions: int
-    # ``(first, last)`` sequence numbers an ``ids`` file may hold: its generation's (a schema 4 file: its batch
-    # markers'); None for other families, and for the newest generation before it has recorded anything
+    # ``(first, last)`` sequence numbers an ``ids`` file may hold: its generation's; None for other families,
+    # and for the newest generation before it has recorded anything
     seq_range: tuple[int, int] | None = None
 
 
@@ -67,8 +67,6 @@ def sst_files(store: DedupStore, families: tuple[str, ...] = COLUMN_FAMILIES) ->
                     continue
                 smallest, largest = entry["start_key"], entry["end_key"]
                 seq_range = generation_range
-                if name == CF_IDS and is_marker(smallest) and is_marker(largest):  # schema 4
-                    seq_range = decode_marker(smallest), decode_marker(largest)
                 files.append(
                     SstFile(
                         family=family,

@@ -9,10 +9,7 @@ the group it holds for the id, ``store.id_filter``) asks the one or two generati
 whatever the store holds. Aging drops a generation whole, with its sealed arrays, once the cut has passed its
 last number.
 
-A family is named by its first sequence number (``ids.`` + 20 digits); it ends where the next begins. A
-generation made by merging others (``merge_runs``) takes the first number of the oldest and a merge number
-after it (``ids.`` + 20 digits + ``.`` + the number), one more than any family of that first number has: the
-merged family and its sources live side by side until the merge is committed (``live_families``). This
+A family is named by its first sequence number (``ids.`` + 20 digits); it ends where the next begins. This
 module keeps that list; ``DedupStore`` owns the families.
 """
 
@@ -28,13 +25,13 @@ from typing import Any
 from rocksdict import Rdict
 
 PREFIX = "ids."
-_NAME = re.compile(r"^ids\.(\d{20})(?:\.(\d+))?$")
+_NAME = re.compile(r"^ids\.(\d{20})$")
 # at least this many numbers a generation: fewer families for a small store, whose window is small anyway
 MIN_GENERATION_IDS = 65_536
 
 
-def family_name(first_seq: int, merge: int = 0) -> str:
-    return f"{PREFIX}{first_seq:020d}" if merge == 0 else f"{PREFIX}{first_seq:020d}.{merge}"
+def family_name(first_seq: int) -> str:
+    return f"{PREFIX}{first_seq:020d}"
 
 
 def first_seq_of(name: str) -> int | None:
@@ -43,44 +40,14 @@ def first_seq_of(name: str) -> int | None:
     return int(match[1]) if match else None
 
 
-def merge_of(name: str) -> int:
-    """How many merges made a generation's family (0: written by the worker or a load)."""
-    match = _NAME.match(name)
-    return int(match[2]) if match and match[2] else 0
+def live_families(names: Sequence[str]) -> list[str]:
+    """The generations among the families ``names``."""
+    return [name for name in names if first_seq_of(name) is not None]
 
 
-def live_families(names: Sequence[str], committed_sources: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``(generations, leftovers)`` among the families ``names``: the sources of a committed merge (named in the
-    store's metadata until they are dropped) and a merged family whose merge was not committed (two families of
-    one first number: the later merge's) are leftovers, which the next writer drops."""
-    committed = set(committed_sources)
-    by_first: dict[int, list[str]] = {}
-    leftovers = []
-    for name in names:
-        first = first_seq_of(name)
-        if first is None:
-            continue
-        if name in committed:
-            leftovers.append(name)
-        else:
-            by_first.setdefault(first, []).append(name)
-    live = []
-    for candidates in by_first.values():
-        candidates.sort(key=merge_of)
-        live.append(candidates[0])
-        leftovers += candidates[1:]
-    return live, leftovers
-
-
-def merge_runs(generations: Sequence[tuple[str, int]], span: int) -> list[list[str]]:
-    """The runs of consecutive generations (``(name, first)``, oldest first) worth merging into one for a filter
-    whose groups cover ``span`` numbers each: those whose first numbers fall in one stretch of ``span``. A group
-    then asks the merged generation of its stretch and, where the stretch does not start at a generation's
-    first number, the one before it: at most two, however often the filter grew."""
-    runs: dict[int, list[str]] = {}
-    for name, first in generations:
-        runs.setdefault(first // span, []).append(name)
-    return [run for run in runs.values() if len(run) > 1]
+def foreign_families(names: Sequence[str]) -> list[str]:
+    """Families named like generations but not as this layout names them (another build's)."""
+    return [name for name in names if name.startswith(PREFIX) and first_seq_of(name) is None]
 
 
 def generation_ids(window_ids: int, groups: int, slack: float) -> int:

@@ -44,7 +44,7 @@ FINGERPRINT_BITS = 16 - GROUP_BITS
 LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
 FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
 MAX_KICKS = 500
-FILE_FORMAT = 3  # 3: the table followed by its CRC-32; 2: without it
+FILE_FORMAT = 4  # 4: the header's CRC-32 on a line of its own, the table followed by its CRC-32
 HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
 
 _CRC = struct.Struct("<I")
@@ -304,7 +304,8 @@ def write_partial(id_filter: IdFilter, path: Path, stamp: FilterStamp) -> Path:
     partial = path.with_name(f".{path.name}.{stamp.token}.partial")
     try:
         with open(partial, "wb") as handle:
-            handle.write(json.dumps(header).encode() + b"\n")
+            line = json.dumps(header).encode()
+            handle.write(line + b"\n" + _header_check(line) + b"\n")
             crc = 0
             for chunk in _byte_chunks(id_filter.table):
                 crc = zlib.crc32(chunk, crc)
@@ -359,18 +360,44 @@ def damage_of(path: Path) -> str | None:
     return read if isinstance(read, str) else None
 
 
+def saved_stamp(path: Path) -> FilterStamp | None:
+    """What the filter saved at ``path`` holds, from its header alone (checked against its own CRC); None where
+    there is no such file, or it cannot vouch for its stamp."""
+    try:
+        with open(path, "rb") as handle:
+            header = _read_header(handle)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return header[1] if isinstance(header, tuple) else None
+
+
+def _header_check(line: bytes) -> bytes:
+    return b"%08x" % zlib.crc32(line)
+
+
+def _read_header(handle) -> tuple[dict, FilterStamp] | str | None:
+    """The header and stamp of a file of this format; None for another format; else what is wrong with it."""
+    line = handle.readline(4096).rstrip(b"\n")
+    header = json.loads(line)
+    if (
+        header.get("format") != FILE_FORMAT
+        or header.get("hash_version") != HASH_VERSION
+        or header.get("byteorder") != sys.byteorder
+    ):
+        return None
+    if handle.readline(16).rstrip(b"\n") != _header_check(line):
+        return "is damaged (its header does not match its checksum)"
+    return header, FilterStamp(**{name: header[name] for name in FilterStamp.__dataclass_fields__})
+
+
 def _read(path: Path) -> tuple[IdFilter, FilterStamp] | str | None:
     """The filter and its stamp; None where there is none of this format; else what is wrong with the file."""
     try:
         with open(path, "rb") as handle:
-            header = json.loads(handle.readline(4096))
-            if (
-                header.get("format") != FILE_FORMAT
-                or header.get("hash_version") != HASH_VERSION
-                or header.get("byteorder") != sys.byteorder
-            ):
-                return None
-            stamp = FilterStamp(**{name: header[name] for name in FilterStamp.__dataclass_fields__})
+            read = _read_header(handle)
+            if not isinstance(read, tuple):
+                return read
+            header, stamp = read
             buckets = IdFilter.buckets_for(header["span"])
             table = np.fromfile(handle, np.uint16, count=buckets * SLOTS)
             trailer = handle.read(_CRC.size + 1)

@@ -18,7 +18,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions
 
 from store import clock
 from store.aging import AgingPlan, AgingPolicy, age_fully, drop_dead_generations, plan_aging
-from store.codec import CF_IDS, CF_META, CF_TIMES, AcceptedGap, decode_id, decode_marker, decode_seq, is_marker
+from store.codec import CF_IDS, CF_META, CF_TIMES, AcceptedGap, decode_id, decode_seq
 from store.dedup_store import DedupStore
 from store.errors import ConfigError, StoreLockedError
 from store.footprint import SstFile, data_bytes, dir_bytes, sst_files
@@ -217,8 +217,6 @@ class SstRow:
 def readable_key(family: str, key: bytes) -> str:
     """Ids as text, sequence numbers as integers, metadata keys as they are."""
     if family == CF_IDS:
-        if is_marker(key):
-            return f"seq {decode_marker(key)}"
         try:
             return decode_id(key).decode("utf-8", "backslashreplace")
         except ValueError:

@@ -10,9 +10,6 @@ being written keeps lz4 there too, since its merges rewrite that level): a dupli
 one small block. Filters and indexes stay in the table readers (not in the block cache), and
 every table stays open (``max_open_files = -1``). Figures: docs/benchmarks.md, "Figures behind design
 choices".
-
-Stores of schema 4 and older kept every id in one FIFO family, ``ids``; its options are kept here so such a
-store opens to be migrated (``DedupStore``).
 """
 
 from __future__ import annotations
@@ -26,22 +23,18 @@ from rocksdict import (
     CompactOptions,
     DBCompactionStyle,
     DBCompressionType,
-    FifoCompactOptions,
     Options,
     ReadOptions,
     WriteBufferManager,
 )
 
-from store.codec import CF_IDS, CF_META, CF_TIMES
+from store.codec import CF_META, CF_TIMES
 
 BLOOM_BITS_PER_KEY = 16
 BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # data blocks only: what duplicates (rare) and filter false positives read
-IDS_BLOCK_BYTES = 16 * 1024  # schema 4's FIFO family
-IDS_RESTART_INTERVAL = 32
 # zstd 12 instead of the default 3: fewer bytes per id for background CPU at flush (random bytes leave little
 # else to gain); decompression, i.e. lookups, costs the same
 IDS_ZSTD_LEVEL = 12
-FIFO_UNBOUNDED = 1 << 62  # schema 4's FIFO size limit, out of reach: aging decided what went
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
 ARENA_BLOCKS_PER_BUFFER = 64
 MIN_ARENA_BLOCK_BYTES = 64 * 1024
@@ -71,31 +64,6 @@ def _table(cache: Cache, block_bytes: int, filtered: bool = True) -> BlockBasedO
     return table
 
 
-def _ids_options(cache: Cache, write_buffer_bytes: int = WRITE_BUFFER_BYTES) -> Options:
-    options = Options(raw_mode=True)
-    table = _table(cache, IDS_BLOCK_BYTES)
-    table.set_block_restart_interval(IDS_RESTART_INTERVAL)
-    options.set_block_based_table_factory(table)
-    options.set_compression_type(DBCompressionType.zstd())  # FIFO files are written once: compress at flush
-    options.set_compression_options(-14, IDS_ZSTD_LEVEL, 0, 0)  # window bits (default), level, strategy, dict
-    options.set_compaction_style(DBCompactionStyle.fifo())
-    fifo = FifoCompactOptions()
-    fifo.max_table_files_size = FIFO_UNBOUNDED
-    options.set_fifo_compaction_options(fifo)
-    # All files live in L0: its file-count triggers must not throttle or stop writes.
-    options.set_level_zero_file_num_compaction_trigger(4)  # merge once 4 small files queue up
-    options.set_level_zero_slowdown_writes_trigger(1_000)
-    options.set_level_zero_stop_writes_trigger(2_000)
-    options.set_write_buffer_size(write_buffer_bytes)
-    # a memtable bloom filter: an absent id skips the memtable's skip list. It is allocated whole with each
-    # memtable (ratio x write buffer): 0.02 gives about 10 bits per id of a full memtable
-    options.set_memtable_prefix_bloom_ratio(0.02)
-    # arena blocks default to 1/8 of the write buffer: that much taken by a memtable holding its first id
-    options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
-    options.set_memtable_whole_key_filtering(True)
-    return options
-
-
 def generation_options(
     cache: Cache,
     write_buffer_bytes: int = WRITE_BUFFER_BYTES,
@@ -118,7 +86,9 @@ def generation_options(
     options.set_bottommost_compression_options(-14, zstd_level, 0, 0, True)  # window bits, level, strategy, dict
     options.set_compression_options(-14, zstd_level, 0, 0)  # what an SST file writer uses for its one file
     options.set_write_buffer_size(write_buffer_bytes)
-    options.set_memtable_prefix_bloom_ratio(0.02)  # about 10 bits per id of a full memtable: see _ids_options
+    # a memtable bloom filter (an absent id skips the skip list), allocated whole with each memtable: about 10
+    # bits per id of a full one
+    options.set_memtable_prefix_bloom_ratio(0.02)
     options.set_arena_block_size(max(write_buffer_bytes // ARENA_BLOCKS_PER_BUFFER, MIN_ARENA_BLOCK_BYTES))
     options.set_memtable_whole_key_filtering(True)
     return options
@@ -198,10 +168,10 @@ def _level_options(cache: Cache) -> Options:
 
 
 def store_options(
-    create: bool, shared: SharedMemory | None = None, generations: tuple[str, ...] = (), legacy_ids: bool = False
+    create: bool, shared: SharedMemory | None = None, generations: tuple[str, ...] = ()
 ) -> tuple[Options, dict[str, Options], Options]:
-    """Return the DB options, the options of each column family on disk (``times``, ``meta``, the named
-    ``generations`` and, with ``legacy_ids``, schema 4's ``ids``), and the options for a new generation, all
+    """Return the DB options, the options of each column family on disk (``times``, ``meta`` and the named
+    ``generations``), and the options for a new generation, all
     sharing one block cache: the store's own, or with ``shared`` the worker's, along with its memtable budget
     (see ``SharedMemory``)."""
     cache = Cache(BLOCK_CACHE_BYTES) if shared is None else shared.block_cache
@@ -221,8 +191,6 @@ def store_options(
     options.enable_statistics()  # bloom-filter usefulness, dumped to the LOG with the compaction stats
     ids_buffer = WRITE_BUFFER_BYTES if shared is None else shared.ids_write_buffer_bytes
     families = {CF_TIMES: _level_options(cache), CF_META: _level_options(cache)}
-    if legacy_ids:
-        families[CF_IDS] = _ids_options(cache, ids_buffer)
     for name in generations:
         families[name] = generation_options(cache, ids_buffer)
     return options, families, generation_options(cache, ids_buffer)

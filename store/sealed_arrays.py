@@ -16,9 +16,6 @@ each as the 16 bytes after it:
     guide    2^b + 1 x u32, b = floor(log2(count / 32)) (0 below 64 ids): where each of 2^b equal slices of the
              key space (by an id's first b bits) starts in the file, and last the count
 
-Files of the layout before (magic ``DDSARR02``) kept all the first halves, then all the second halves; they
-are read as they are.
-
 The guide (0.125 bytes per id, in the file: a search reads it from the mapping, and nothing is built at open
 or at a first search) bounds a binary search on the first halves of an id's slice, about 32 ids, that a
 batch's ids take in step (one numpy gather a step, so their reads of memory overlap): about 7 steps whatever
@@ -48,7 +45,6 @@ from store.id_filter import commit
 
 ID_BYTES = 16
 MAGIC = b"DDSARR03"
-COLUMNS_MAGIC = b"DDSARR02"  # the layout before: first halves, then second halves
 MAX_PREFIX_BYTES = 19
 _HEADER = struct.Struct(f"<8sQQIB{MAX_PREFIX_BYTES}s")
 HEADER_BYTES = _HEADER.size
@@ -111,18 +107,16 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
 class SealedArrays:
     """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it.
 
-    ``halves`` holds every id's two halves, as u64: an id's first half is at ``row * stride``, its second at
-    ``row * stride + low_offset`` (side by side in this layout, a column apart in the one before)."""
+    ``halves`` holds every id's two halves, as u64, side by side: an id's first half is at ``2 * row``, its
+    second at ``2 * row + 1``."""
 
     path: Path
     prefix: bytes
     first_seq: int
     halves: np.ndarray
-    stride: int
-    low_offset: int
     seqs: np.ndarray
     crc: int
-    stored_guide: np.ndarray | None = None  # the file's guide (the layout before kept none)
+    stored_guide: np.ndarray  # the file's guide
 
     @classmethod
     def open(cls, path: Path, *, populate: bool = False) -> SealedArrays:
@@ -133,28 +127,25 @@ class SealedArrays:
             size = handle.seek(0, 2)
             handle.seek(0)
             head = handle.read(HEADER_BYTES)
-            if len(head) < HEADER_BYTES or not head.startswith((MAGIC, COLUMNS_MAGIC)):
-                raise _corrupt(path, "it does not start with a sealed-arrays header")
-            magic, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
+            if len(head) < HEADER_BYTES or not head.startswith(MAGIC):
+                raise _corrupt(path, "it does not start with this layout's header")
+            _, count, first_seq, crc, prefix_bytes, prefix = _HEADER.unpack(head)
             if prefix_bytes > MAX_PREFIX_BYTES:
                 raise _corrupt(path, f"its header gives a prefix of {prefix_bytes} bytes (at most {MAX_PREFIX_BYTES})")
-            expected = _file_size(count, guided=magic == MAGIC)
+            expected = _file_size(count)
             if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
             mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if count else None
-        guide = None
         if count:
             halves = np.frombuffer(mapped, dtype=np.uint64, count=2 * count, offset=HEADER_BYTES)
             seqs = np.frombuffer(mapped, dtype=np.uint32, count=count, offset=HEADER_BYTES + 16 * count)
-            if magic == MAGIC:
-                at = HEADER_BYTES + count * BYTES_PER_ID
-                guide = np.frombuffer(mapped, dtype=np.uint32, count=_guide_entries(count), offset=at)
+            at = HEADER_BYTES + count * BYTES_PER_ID
+            guide = np.frombuffer(mapped, dtype=np.uint32, count=_guide_entries(count), offset=at)
         else:
             halves, seqs = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-            guide = np.zeros(_guide_entries(0), np.uint32) if magic == MAGIC else None  # what write gave it
-        stride, low_offset = (2, 1) if magic == MAGIC else (1, count)
-        return cls(path, prefix[:prefix_bytes], first_seq, halves, stride, low_offset, seqs, crc, guide)
+            guide = np.zeros(_guide_entries(0), np.uint32)  # what write gave it
+        return cls(path, prefix[:prefix_bytes], first_seq, halves, seqs, crc, guide)
 
     def __len__(self) -> int:
         return self.seqs.size
@@ -162,13 +153,12 @@ class SealedArrays:
     @property
     def high(self) -> np.ndarray:
         """Every id's first half, in order (a view of the file)."""
-        return self.halves[: self.stride * len(self) : self.stride] if len(self) else self.halves
+        return self.halves[0::2]
 
     @property
     def low(self) -> np.ndarray:
         """Every id's second half, in order (a view of the file)."""
-        start = self.low_offset
-        return self.halves[start : start + self.stride * len(self) : self.stride] if len(self) else self.halves
+        return self.halves[1::2]
 
     def _search_whole(self, highs: np.ndarray) -> np.ndarray:
         """For each first half of ``highs``, the first position whose first half is not below it: a search of
@@ -178,18 +168,17 @@ class SealedArrays:
         return _first_not_below(*whole, count, count - 1, lambda row: self._high_at(row) < highs)
 
     def _high_at(self, rows: np.ndarray) -> np.ndarray:
-        return self.halves.take(rows * self.stride if self.stride > 1 else rows)
+        return self.halves.take(rows * 2)
 
     def _low_at(self, rows: np.ndarray) -> np.ndarray:
-        return self.halves.take(rows * self.stride + self.low_offset)
+        return self.halves.take(rows * 2 + 1)
 
     @cached_property
     def _guide(self) -> tuple[np.ndarray, int, int]:
         """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
-        id name its slice, and the most ids a slice holds. A file of the layout before has its guide built here,
-        in one pass over it."""
+        id name its slice, and the most ids a slice holds."""
         count = len(self)
-        starts = self.stored_guide if self.stored_guide is not None else _guide_starts(self.high)
+        starts = self.stored_guide
         sizes = np.diff(starts.astype(np.int64))
         if starts[0] != 0 or starts[-1] != count or sizes.min() < 0:  # a search would leave the file
             raise _corrupt(self.path, "its guide does not describe its ids")
@@ -197,7 +186,7 @@ class SealedArrays:
 
     @property
     def file_bytes(self) -> int:
-        return _file_size(len(self), guided=self.stored_guide is not None)
+        return _file_size(len(self))
 
     def prepare(self) -> None:
         """Read the guide now rather than at the first search."""
@@ -206,8 +195,7 @@ class SealedArrays:
     def verify(self) -> None:
         """Read the whole file and check it against the CRC its header carries."""
         crc = 0
-        columns = (self.halves, self.seqs) if self.stored_guide is None else (self.halves, self.seqs, self.stored_guide)
-        for column in columns:
+        for column in (self.halves, self.seqs, self.stored_guide):
             view = column.view(np.uint8)
             for start in range(0, view.size, _CRC_CHUNK):
                 crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
@@ -288,9 +276,9 @@ class SealedArrays:
             yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
 
 
-def _file_size(count: int, *, guided: bool) -> int:
-    """Bytes of a file of ``count`` ids: with its guide, or of the layout before, which kept none."""
-    return HEADER_BYTES + count * BYTES_PER_ID + (_guide_entries(count) * 4 if guided else 0)
+def _file_size(count: int) -> int:
+    """Bytes of a file of ``count`` ids, its guide included."""
+    return HEADER_BYTES + count * BYTES_PER_ID + _guide_entries(count) * 4
 
 
 def _guide_bits(count: int) -> int:

@@ -34,7 +34,7 @@ from types import MappingProxyType
 
 from pyspark.sql import SparkSession
 
-from dedupectl.config import KafkaConfig
+from dedupectl.config import DEFAULT_MAX_KEYS, KafkaConfig
 from dedupectl.errors import DataDirError, StoreError
 from dedupectl.spark import rebuild_sst
 from dedupectl.spark.progress import ProgressSink, tracking
@@ -65,6 +65,7 @@ class RebuildRequest:
     replace: bool = False  # move an existing store aside instead of refusing
     ship_files: bool | None = None  # send SST files to the driver (None: unless the master is local)
     layout: bulk_load.LoadLayout = field(default_factory=bulk_load.LoadLayout)
+    window_ids: int = DEFAULT_MAX_KEYS  # the worker's bound (its max_keys): sizes the store's id filter
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,12 @@ def _ingest(
     and where an existing store was moved (``--replace``)."""
     state = StoreState(next_seq=numbers, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop)
     bulk_load.ingest(
-        built, topic=request.input_topic, partition=request.partition, buckets=buckets, state=state
+        built,
+        topic=request.input_topic,
+        partition=request.partition,
+        buckets=buckets,
+        state=state,
+        window_ids=request.window_ids,
     ).close()
     return state, _place(built, plan.target, request.replace)
 

@@ -16,6 +16,9 @@ from dedupectl.errors import DiskFullError
 from dedupectl.sample_events import SampleSpec, generate
 from dedupectl.verify import check_output
 
+# a bound the 24 MiB volume holds (the default sizes a 25 MB id filter per partition)
+SMALL_BOUND = ("--max-keys", "200000")
+
 pytestmark = pytest.mark.slow
 
 
@@ -54,7 +57,9 @@ def test_a_full_disk_stops_the_worker_in_one_line_and_restarts_resume_exactly_on
     data_dir = volume.path / "data"
 
     def spawn(*extra: str):
-        return pipeline.spawn_worker("w1", data_dir, "--batch-max-messages", "500", *extra, wrap=volume.wrap)
+        return pipeline.spawn_worker(
+            "w1", data_dir, "--batch-max-messages", "500", *SMALL_BOUND, *extra, wrap=volume.wrap
+        )
 
     # killed mid-stream once the disk is full
     worker = spawn()
@@ -109,7 +114,7 @@ def test_a_volume_turned_read_only_is_refused_in_one_line_and_a_restart_resumes(
     half = len(records) // 2
     pipeline.produce((record.key, record.value) for record in records[:half])
     data_dir = volume.path / "data"
-    worker = pipeline.spawn_worker("w1", data_dir, wrap=volume.wrap)
+    worker = pipeline.spawn_worker("w1", data_dir, *SMALL_BOUND, wrap=volume.wrap)
     try:
         wait_for(lambda: output_end_offsets(pipeline) >= 1_000, 90, "the worker to publish")
         worker.send_signal(signal.SIGKILL)
@@ -121,12 +126,12 @@ def test_a_volume_turned_read_only_is_refused_in_one_line_and_a_restart_resumes(
     volume.remount("ro")
     pipeline.produce((record.key, record.value) for record in records[half:])
 
-    code, lines = finish(pipeline.spawn_worker("w1", data_dir, wrap=volume.wrap))
+    code, lines = finish(pipeline.spawn_worker("w1", data_dir, *SMALL_BOUND, wrap=volume.wrap))
     assert_one_line_disk_error(code, lines, data_dir, "is on a read-only filesystem")
     assert "remount it read-write" in lines[-1]
 
     volume.remount("rw")
-    code, lines = finish(pipeline.spawn_worker("w1", data_dir, "--exit-on-idle", "4", wrap=volume.wrap))
+    code, lines = finish(pipeline.spawn_worker("w1", data_dir, "--exit-on-idle", "4", *SMALL_BOUND, wrap=volume.wrap))
     assert code == 0, "\n".join(lines[-30:])
     expected = {record.key for record in records if record.kind == "new"}
     assert check_output(pipeline.kafka, pipeline.output_topic, expected).exactly_once

@@ -119,7 +119,7 @@ def test_ids_lost_inside_the_window_go_back_in_their_place(make_pipeline):
 
 
 def test_ids_missing_where_no_batch_recorded_them_are_not_appended(make_pipeline):
-    """A store written without output offsets (by hand, or before schema 4) that lacks ids inside what it
+    """A store written without output offsets (recorded without them) that lacks ids inside what it
     recorded: there is no place for them in its aging order, so --apply refuses to append them."""
     pipeline = make_pipeline()
     published = ids("h", 60)

@@ -1,28 +1,22 @@
 """The ids in generations: lookups routed by the id filter answer exactly as a scan of every generation and as
-the ids recorded, for ids of every kind the codec packs, across generations, aging cuts and restarts; a
-schema 4 store is moved into generations by its first writer, and a kill at any point of that leaves the old
-store or the new one, never half."""
+the ids recorded, for ids of every kind the codec packs, across generations, aging cuts and restarts; a store
+of an earlier layout is refused with the rebuild that replaces it."""
 
 from __future__ import annotations
 
-import os
+import json
 import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+import pytest
 from mixed_ids import mixed_ids
-from rocksdict import Rdict
 
-from store import generations
 from store.aging import AgingPolicy, age_step
-from store.codec import CF_IDS, SCHEMA_VERSION, encode_ids
+from store.codec import CF_META, META_IDENTITY, encode_ids
 from store.dedup_store import DedupStore
+from store.errors import StoreVersionError
 from store.footprint import family_file_levels
 from store.options import seal_options, shared_memory
-from store.testing import as_schema_4
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,76 +144,15 @@ def test_a_secondary_opened_while_the_writer_starts_a_generation_reports_only_wh
             assert all(hit is not None for hit in reader.lookup_many(first + later))
 
 
-def _store_of_schema_4(path: Path, ids: list[bytes], max_keys: int) -> None:
-    with DedupStore.open(path, topic="events", partition=0) as store:
-        for start in range(0, len(ids), 5_000):
-            batch = ids[start : start + 5_000]
-            store.record(batch, list(range(start, start + len(batch))))
-        age_step(store, AgingPolicy(max_keys=max_keys))
-    as_schema_4(path)
-
-
-def test_a_schema_4_store_is_moved_into_generations_by_its_first_writer(tmp_path):
-    rng = random.Random(11)
-    path = tmp_path / "events-0"
-    ids = mixed_ids(30_000, rng.randbytes)
-    _store_of_schema_4(path, ids, max_keys=25_000)
-    assert CF_IDS in Rdict.list_cf(str(path))
-    expected = [n >= 5_000 for n in range(len(ids))]
-
-    with DedupStore.open_secondary(path) as reader:  # read as it is, the old family as one generation
-        assert reader.identity.schema_version == 4
-        assert reader.contains_many(ids) == expected
-    with DedupStore.open(path, topic="events", partition=0) as store:
-        assert store.identity.schema_version == SCHEMA_VERSION
-        assert CF_IDS not in Rdict.list_cf(str(path))
-        assert store.contains_many(ids) == expected
-        assert store.lookup_many([ids[4_999], ids[5_000], ids[29_999]]) == [None, (5_000, 5_000), (29_999, 29_999)]
-        more = mixed_ids(100, rng.randbytes)
-        store.record(more, [7] * len(more))
-        assert all(store.contains_many(more))
-    with DedupStore.open_secondary(path) as reader:
-        assert reader.identity.schema_version == SCHEMA_VERSION
-        assert reader.contains_many(ids + more) == expected + [True] * len(more)
-
-
-MIGRATE = """
-import sys
-from store.dedup_store import DedupStore
-from store.testing import as_schema_4
-DedupStore.open(sys.argv[1], topic="events", partition=0).close()
-"""
-
-
-def test_a_migration_killed_at_any_point_leaves_the_old_store_or_the_new(tmp_path):
-    rng = random.Random(13)
-    path = tmp_path / "events-0"
-    ids = [f"ajs-{rng.getrandbits(128):032x}".encode() for _ in range(300_000)]
-    _store_of_schema_4(path, ids, max_keys=280_000)
-    expected = [n >= 20_000 for n in range(len(ids))]
-    sample = random.Random(3).sample(range(len(ids)), 20_000)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import store.dedup_store"], env=env, check=True)
-    interpreter_s = time.monotonic() - started
-    seen = set()
-    for delay in (0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 2.0):
-        process = subprocess.Popen([sys.executable, "-c", MIGRATE, str(path)], env=env, stderr=subprocess.PIPE)
-        time.sleep(interpreter_s + delay)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
-        with DedupStore.open_secondary(path) as reader:
-            version = reader.identity.schema_version
-            seen.add(version)
-            assert reader.contains_many([ids[n] for n in sample]) == [expected[n] for n in sample], version
-        if version >= 5:  # migrated: marked with the schema of its generations
-            break
-        as_legacy = CF_IDS in Rdict.list_cf(str(path))
-        assert as_legacy  # until the mark is written, the old family is whole
-    assert 4 in seen  # at least one kill landed before the migration was done
-    with DedupStore.open(path, topic="events", partition=0) as store:
-        assert store.identity.schema_version == SCHEMA_VERSION
-        assert store.contains_many(ids) == expected
-    names = Rdict.list_cf(str(path))
-    assert CF_IDS not in names and any(generations.first_seq_of(name) is not None for name in names)
-    assert not (path / ".migrating").exists()
+def test_a_store_of_an_earlier_layout_is_refused_with_the_rebuild_that_replaces_it(tmp_path):
+    path = tmp_path / "events-3"
+    with DedupStore.open(path, topic="events", partition=3) as store:
+        store.record([b"a", b"b"], [1, 2])
+    with DedupStore.open_existing(path) as store:  # an earlier build's: the schema mark says so
+        identity = json.loads(store.family(CF_META)[META_IDENTITY])
+        store.family(CF_META)[META_IDENTITY] = json.dumps({**identity, "schema_version": 5}).encode()
+    for opening in (DedupStore.open_secondary, DedupStore.open_existing):
+        with pytest.raises(StoreVersionError) as refused:
+            opening(path)
+        assert "schema version 5; this dedupectl reads version 6 only" in str(refused.value)
+        assert "dedupectl rebuild -p 3 --replace" in str(refused.value)

@@ -401,6 +401,9 @@ def rebuild(
     replace: bool = typer.Option(
         False, "--replace", help="Move an existing store aside (to <store>.replaced-<time>) instead of refusing."
     ),
+    max_keys: int | None = typer.Option(
+        None, "--max-keys", help="The worker's bound (its --max-keys; default: the config's, else 10,000,000)."
+    ),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     input_topic: str | None = InputTopicOption,
@@ -435,6 +438,7 @@ def rebuild(
             "input_topic": input_topic,
             "output_topic": output_topic,
             "data_dir": data_dir,
+            "max_keys": max_keys,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -446,6 +450,7 @@ def rebuild(
         data_dir=Path(worker.data_dir),
         kafka_java_settings=_java_settings(spark_kafka_option),
         replace=replace,
+        window_ids=worker.max_keys,
     )
     _run_and_show(run, request, settings, json_output, asdict, _render_rebuild)
 
