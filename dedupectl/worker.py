@@ -275,8 +275,8 @@ class Worker:
                 batch = self._collect(self._consumer)
                 if batch:
                     self._process(batch)
-                else:  # no input: the batch committing is recorded now, not with the next one
-                    self._finish_in_flight()
+                elif self._finish_in_flight():  # no input: the batch committing is recorded now
+                    self._recover_assigned()  # a partition is recovered when assigned, input or not
             except _ClientsLost as lost:
                 self._restart_clients(lost)
                 continue
@@ -962,6 +962,12 @@ class Worker:
         except (KafkaException, RuntimeError) as error:
             log.info("closing the consumer: %s", describe(error))
         self._on_revoke(None, [TopicPartition(self.config.input_topic, number) for number in list(self._partitions)])
+
+    def _recover_assigned(self) -> None:
+        """Recover every partition assigned and not recovered yet (no transaction of this worker's is open)."""
+        for owned in list(self._partitions.values()):
+            if not owned.recovered:
+                self._recover(owned)
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()

@@ -1,12 +1,11 @@
-"""What the worker says about a partition it starts without input: an empty store is logged and counted with
-the output it will read, every held partition exports its window from assignment on, and aged files below
-the cut are dropped without new input."""
+"""What the worker does with a partition it starts without input: an empty store is logged and counted with
+the output it will read, every held partition is recovered from the output and exports its window from
+assignment on, and aged files below the cut are dropped without new input."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import threading
 
@@ -45,8 +44,9 @@ def test_an_empty_store_is_reported_and_every_window_exported_before_any_input(m
             wait_for(lambda: sample("dedupectl_effective_window_seconds", {"partition": "0"}) is not None)
             window = sample("dedupectl_effective_window_seconds", {"partition": "1"})
             assert 0 <= window < 600
-            assert math.isnan(sample("dedupectl_effective_window_seconds", {"partition": "0"}))  # no id yet
             assert sample("dedupectl_empty_store_starts_total", {"partition": "0"}) == 1
+            # recovered on assignment, with no input: the lost store holds its 20 ids again
+            wait_for(lambda: sample("dedupectl_recovered_ids_total", {"partition": "0"}) == 20)
             assert sample("dedupectl_empty_store_starts_total", {"partition": "1"}) is None
             # 20 records plus the transactions' commit markers
             assert sample("dedupectl_recovery_read_offsets", {"partition": "0"}) >= 20
@@ -89,3 +89,28 @@ def test_a_revoked_partition_exports_no_stale_gauge(revoked_gauges):
     metrics.forget_store(3)
     metrics.forget_store(4)  # never exported: nothing to drop
     assert metrics.registry.get_sample_value(revoked_gauges, {"partition": "3"}) is None
+
+
+def test_a_partition_is_recovered_when_assigned_though_no_input_arrives(make_pipeline, caplog, tmp_path):
+    # a store put back from an older copy (a snapshot restored): the output holds what came after it
+    pipeline = make_pipeline(partitions=1)
+    pipeline.produce(records(0, 300))
+    config = pipeline.config()
+    assert pipeline.run_worker(config).published == 300
+    path = store_path(config.data_dir, config.input_topic, 0)
+    older = tmp_path / "older"
+    with DedupStore.open_secondary(path) as store:
+        assert store.state.next_seq == 300
+    shutil.copytree(path, older)
+    pipeline.produce(records(300, 500))
+    assert pipeline.run_worker(config).published == 500
+    shutil.rmtree(path)
+    shutil.copytree(older, path)  # as `snapshot restore` places it
+
+    with caplog.at_level(logging.INFO, logger="dedupectl.worker"):
+        summary = pipeline.run_worker(config)  # no new input at all
+    assert (summary.consumed, summary.published, summary.recovered) == (0, 0, 500)
+    assert any(r.getMessage().startswith("partition 0 recovered:") for r in caplog.records)
+    with DedupStore.open_secondary(path) as store:
+        assert store.state.next_seq == 800
+        assert all(store.contains_many([key for key, _ in records(0, 800)]))
