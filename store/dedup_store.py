@@ -199,11 +199,13 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _older_schema(path: Path, version: str) -> StoreVersionError:
+def _older_schema(path: Path, version: int | None) -> StoreVersionError:
+    """The refusal of a store of another schema (``None``: an earlier layout, with one ``ids`` family)."""
+    which = "an earlier layout (one ids family)" if version is None else f"schema version {version}"
     return StoreVersionError(
-        f"store {path} has schema version {version}; this dedupectl reads version {SCHEMA_VERSION} only",
+        f"store {path} has {which}; this build reads schema {SCHEMA_VERSION} only",
         f"rebuild it from the output topic: dedupectl rebuild -p {path.name.rsplit('-', 1)[-1]} --replace "
-        "(with the worker stopped), or use the dedupectl release that wrote it",
+        "(with the worker stopped), or run the release that wrote it",
     )
 
 
@@ -518,7 +520,7 @@ class DedupStore:
             raise _translate_open_error(path, error) from error
         families = set(names)
         if CF_META in families and families & {CF_IDS, SEQ_VIEW}:  # one ids family: schema 4 and older
-            raise _older_schema(path, "an earlier one")
+            raise _older_schema(path, None)
         missing = set(REQUIRED_FAMILIES) - families
         if missing:
             raise StoreNotFoundError(
@@ -553,7 +555,7 @@ class DedupStore:
                 )
             else:
                 if identity.schema_version != SCHEMA_VERSION:
-                    problem = _older_schema(path, str(identity.schema_version))
+                    problem = _older_schema(path, identity.schema_version)
         if problem is not None:
             db.close()
             raise problem

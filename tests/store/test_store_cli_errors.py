@@ -81,7 +81,7 @@ def test_a_store_of_the_old_layout_is_refused_with_what_to_do(monkeypatch, capsy
     families = {name: Options(raw_mode=True) for name in ("ids", "seq", "meta")}  # schema 1's families
     Rdict(str(path), options=options, column_families=families).close()
     code, err = _main(monkeypatch, capsys, "window", "-d", str(tmp_path / "data"))
-    assert code == 2 and "has schema version an earlier one" in err and "dedupectl rebuild -p 0 --replace" in err
+    assert code == 2 and "has an earlier layout (one ids family)" in err and "dedupectl rebuild -p 0 --replace" in err
 
 
 def test_errors_are_one_line_from_the_real_console_script(tmp_path):

@@ -68,5 +68,5 @@ def test_a_store_of_another_schema_is_refused_with_what_to_do(tmp_path, other):
         store.record(_ids(0, 5), [1] * 5)
     _set_schema(path, other)
     for opening in (DedupStore.open_secondary, DedupStore.open_existing):
-        with pytest.raises(StoreVersionError, match=f"schema version {other}; this dedupectl reads version 6 only"):
+        with pytest.raises(StoreVersionError, match=f"schema version {other}; this build reads schema 6 only"):
             opening(path)

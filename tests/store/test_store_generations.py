@@ -154,5 +154,5 @@ def test_a_store_of_an_earlier_layout_is_refused_with_the_rebuild_that_replaces_
     for opening in (DedupStore.open_secondary, DedupStore.open_existing):
         with pytest.raises(StoreVersionError) as refused:
             opening(path)
-        assert "schema version 5; this dedupectl reads version 6 only" in str(refused.value)
+        assert "schema version 5; this build reads schema 6 only" in str(refused.value)
         assert "dedupectl rebuild -p 3 --replace" in str(refused.value)
