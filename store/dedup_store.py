@@ -318,7 +318,6 @@ class DedupStore:
             # only a writer at work removes a named file (its generation aged out meanwhile): else it is damage
             generation.arrays = arrays_files.open_files(self.path, files, missing_ok=self._follows_writer)
             generation.overrides = not self.writable or self._holds_array_keys(generation)
-        arrays_files.verify([a for g in self._generations for a in g.arrays.values()])
 
     def _reopen_secondary(self) -> None:
         """Open the database again (a secondary instance): the writer added or dropped generations."""

@@ -174,9 +174,21 @@ class SealedArrays:
         return self.halves.take(rows * 2 + 1)
 
     @cached_property
+    def _checked(self) -> bool:
+        self.verify()
+        return True
+
+    def _check_once(self) -> None:
+        """Check the whole file against its CRC once, before anything is answered from it: at its first search
+        or read, not at its open (a reader that answers from no array pays nothing, a worker's restart makes no
+        pass over every file)."""
+        _ = self._checked
+
+    @cached_property
     def _guide(self) -> tuple[np.ndarray, int, int]:
         """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
         id name its slice, and the most ids a slice holds."""
+        self._check_once()
         count = len(self)
         starts = self.stored_guide
         sizes = np.diff(starts.astype(np.int64))
@@ -241,6 +253,7 @@ class SealedArrays:
 
     def position(self, key: bytes) -> int:
         """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
+        self._check_once()
         if key[: len(self.prefix)] != self.prefix:
             return 0 if key < self.prefix else len(self)
         body = key[len(self.prefix) :].ljust(ID_BYTES, b"\x00")[:ID_BYTES]
@@ -260,6 +273,7 @@ class SealedArrays:
     def columns(self, chunk: int = 1_000_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(first halves, second halves, numbers)`` of the ids in key order, ``chunk`` at a time, as arrays:
         for readers of every id that need no key made (an id filter's build)."""
+        self._check_once()
         for begin in range(0, len(self), chunk):
             stop = begin + chunk
             yield self.high[begin:stop], self.low[begin:stop], self.seqs[begin:stop].astype(np.int64) + self.first_seq
@@ -267,6 +281,7 @@ class SealedArrays:
     def items(self, chunk: int = 65_536, start: int = 0) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
         its prefix, as ``store.codec`` packs it."""
+        self._check_once()
         for begin in range(start, len(self), chunk):
             stop = begin + chunk
             bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")

@@ -1,6 +1,6 @@
 """The worker on a damaged store, against a real broker: a damaged file the store answers from stops the worker
-in one line (exit 2) before it publishes anything, and a damaged id filter is built anew; either way no id
-within the window is published twice."""
+in one line (exit 2) before it publishes anything (a table or the MANIFEST at open, a sealed-arrays file when
+first read), and a damaged id filter is built anew; either way no id within the window is published twice."""
 
 from __future__ import annotations
 
@@ -84,7 +84,9 @@ def test_a_worker_refuses_a_damaged_store_before_publishing(make_pipeline, small
     else:
         file = store / (store / "CURRENT").read_text().strip()
         os.truncate(file, file.stat().st_size // 2)
-    _produce(pipeline, _ids(COUNT - 3_000, COUNT + 500), "again")  # in-window retries, then new ids
+    # in-window retries, the oldest generation's among them (a sealed-arrays file is checked when first read),
+    # then new ids
+    _produce(pipeline, _ids(0, 500) + _ids(COUNT - 3_000, COUNT + 500), "again")
     with pytest.raises(StoreCorruptError) as refused:
         _run(pipeline, small_generations)
     # a MANIFEST cut short reads as an older one, whose tables are gone: RocksDB names a missing table then
@@ -107,7 +109,8 @@ def test_the_worker_command_exits_2_in_one_line_on_a_damaged_store(make_pipeline
     pipeline, store = _filled(make_pipeline, small_generations)
     file = sorted(store.glob("*.arrays"))[-1]
     _flip(file)
-    _produce(pipeline, _ids(0, 10), "again")
+    first = int(file.name.split(".")[1])  # ids.<its generation's first number>.<prefix>.arrays
+    _produce(pipeline, _ids(first, first + 10), "again")  # retries of ids that file holds
     process = pipeline.spawn_worker("w1", pipeline.config().data_dir, "--exit-on-idle", "2")
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 2, stderr
