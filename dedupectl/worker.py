@@ -275,8 +275,10 @@ class Worker:
                 batch = self._collect(self._consumer)
                 if batch:
                     self._process(batch)
-                elif self._finish_in_flight():  # no input: the batch committing is recorded now
-                    self._recover_assigned()  # a partition is recovered when assigned, input or not
+                # no input: the batch committing is recorded now, and a partition assigned is recovered, input
+                # or not; recovering is work, so an idle wait starts after it
+                elif self._finish_in_flight() and self._recover_assigned():
+                    self._idle_since = time.monotonic()
             except _ClientsLost as lost:
                 self._restart_clients(lost)
                 continue
@@ -963,11 +965,13 @@ class Worker:
             log.info("closing the consumer: %s", describe(error))
         self._on_revoke(None, [TopicPartition(self.config.input_topic, number) for number in list(self._partitions)])
 
-    def _recover_assigned(self) -> None:
-        """Recover every partition assigned and not recovered yet (no transaction of this worker's is open)."""
-        for owned in list(self._partitions.values()):
-            if not owned.recovered:
-                self._recover(owned)
+    def _recover_assigned(self) -> bool:
+        """Recover every partition assigned and not recovered yet (no transaction of this worker's is open);
+        whether there was any."""
+        waiting = [owned for owned in self._partitions.values() if not owned.recovered]
+        for owned in waiting:
+            self._recover(owned)
+        return bool(waiting)
 
     def _recover(self, owned: _Partition) -> None:
         began = time.monotonic()
