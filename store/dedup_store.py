@@ -272,6 +272,7 @@ class DedupStore:
                 identity=identity,
                 state=lambda: self._state,
                 window=self._filter_window,
+                bound=window_ids,
                 id_hashes=self._id_hashes,
                 saved_token=self._saved_filter_token,
                 name_saved=self._name_saved_filter,

@@ -43,6 +43,7 @@ class StoreAccess:
     identity: StoreIdentity
     state: Callable[[], StoreState]
     window: Callable[[], int]  # ids a new filter is sized for
+    bound: int | None  # the store's bound (its worker's max_keys), None for a store opened without one
     # (low, high) -> (key hashes, numbers) of the ids numbered low..high-1, a chunk at a time: a filter built whole
     id_hashes: Callable[[int, int], Iterator[tuple[np.ndarray, np.ndarray]]]
     saved_token: Callable[[], str | None]
@@ -182,7 +183,8 @@ class FilterKeeper:
         id_filter, stamp = saved
         if stamp.token != self._store.saved_token():
             return None
-        if id_filter.span != self._span():
+        bound = self._store.bound
+        if bound is not None and self._store.state().live_ids <= bound and id_filter.span != self._span():
             log.info("%s: the store's bound changed since its id filter was saved: it is built anew", self._store.path)
             return None
         id_filter = self._up_to_date(id_filter, stamp)

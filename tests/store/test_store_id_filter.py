@@ -282,3 +282,34 @@ def test_a_filter_read_ahead_at_open_is_not_used_once_ids_were_put_back_before_t
         assert store.place(lost, list(range(300, 310))) == list(range(200, 210))
         assert all(_answers_match(store, lost))
         assert not any(_answers_match(store, _ajs(1_000)))
+
+
+def test_a_saved_filter_of_another_bound_is_built_anew_once(tmp_path, short_generations, caplog):
+    path, ids = tmp_path / "t-0", _ajs(3_000)
+    with DedupStore.open(path, topic="t", partition=0, window_ids=short_generations(1_000)) as store:
+        _record(store, ids)
+        assert all(_answers_match(store, ids))
+    for opened in range(2):
+        caplog.clear()
+        with (
+            caplog.at_level("INFO", logger="store.filter_keeper"),
+            DedupStore.open(path, topic="t", partition=0, window_ids=short_generations(4_000)) as store,
+        ):
+            assert all(_answers_match(store, ids)) and not any(_answers_match(store, _ajs(5_000)[3_000:]))
+        rebuilt = "bound changed since its id filter was saved" in caplog.text
+        assert rebuilt == (opened == 0), caplog.text  # the new bound's filter is saved, and read back after
+
+
+def test_a_store_over_its_bound_reads_its_saved_filter_back(tmp_path, short_generations, caplog):
+    path, window = tmp_path / "t-0", short_generations(1_000)
+    ids = _ajs(window + 2_000)  # more than the bound, with no aging: the filter is built again, larger
+    with DedupStore.open(path, topic="t", partition=0, window_ids=window) as store:
+        store.contains_many([b"x"])  # the filter made, as a worker's first batch makes it
+        _record(store, ids)
+        assert store._filters.current.capacity > window
+    with (
+        caplog.at_level("INFO", logger="store.filter_keeper"),
+        DedupStore.open(path, topic="t", partition=0, window_ids=window) as store,
+    ):
+        assert all(_answers_match(store, ids))
+    assert "loaded the saved id filter" in caplog.text and "built anew" not in caplog.text
