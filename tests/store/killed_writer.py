@@ -18,7 +18,7 @@ PREAMBLE = """
 import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[4])
-import store.dedup_store as dedup_store, store.generations as gens
+import store.dedup_store as dedup_store, store.generation_keeper as generation_keeper, store.generations as gens
 from mixed_ids import distinct_mixed_ids
 path, count, point = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 ids = distinct_mixed_ids(count, int(sys.argv[5]))

@@ -9,6 +9,7 @@ import sys
 
 from mixed_ids import distinct_mixed_ids
 
+from store.arrays_job import ArraysJob
 from store.child_process import ChildFailed
 from store.codec import encode_ids
 from store.dedup_store import DedupStore
@@ -44,12 +45,12 @@ def test_a_generation_whose_child_fails_stays_a_run_and_answers_exactly(
     def failing(self, generation):
         raise ChildFailed("exited with 1: no space left on device")
 
-    monkeypatch.setattr(DedupStore, "_written_by_child", failing)
+    monkeypatch.setattr(ArraysJob, "_written_by_child", failing)
     path = tmp_path / "events-0"
     ids, unseen = distinct_mixed_ids(6_000, SEED), distinct_mixed_ids(300, SEED + 1)
     window = short_generations(2_000)
     with (
-        caplog.at_level(logging.WARNING, logger="store.dedup_store"),
+        caplog.at_level(logging.WARNING, logger="store.generation_keeper"),
         DedupStore.open(path, topic="events", partition=0, window_ids=window) as store,
     ):
         _fill(store, ids)
@@ -65,7 +66,7 @@ def test_a_stop_ends_the_conversion_under_way_and_the_next_writer_writes_it(tmp_
     path = tmp_path / "events-0"
     ids, unseen = distinct_mixed_ids(5_000, SEED), distinct_mixed_ids(300, SEED + 1)
     window = short_generations(2_000)
-    with caplog.at_level(logging.INFO, logger="store.dedup_store"):
+    with caplog.at_level(logging.INFO, logger="store.generation_keeper"):
         with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
             _fill(store, ids)
             assert store.writing_arrays

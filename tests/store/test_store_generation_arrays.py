@@ -187,7 +187,7 @@ def test_a_store_of_runs_is_moved_to_arrays_by_its_worker(tmp_path, window):
     path = tmp_path / "events-0"
     ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(500, SEED + 1)
     with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
-        store._converts = False  # its generations sealed into runs only, as schema 5 left them
+        store._keeper._converts = False  # its generations sealed into runs only
         _fill(store, ids)
         assert store.wait_for_seals(60)
         assert not store.arrays_files() and len(store.id_families()) > 2
@@ -206,19 +206,19 @@ dedup_store.MIN_FILTER_WINDOW = 1
 gens.MIN_GENERATION_IDS = 1
 
 if point == "written":  # a generation's files written and synced (by the child), not named in the metadata
-    commit = dedup_store.DedupStore._commit_arrays
+    commit = generation_keeper.GenerationKeeper._commit_arrays
     def _commit_arrays(self, generation, names, opened=None):
         if names:
             die()
         commit(self, generation, names, opened)
-    dedup_store.DedupStore._commit_arrays = _commit_arrays
+    generation_keeper.GenerationKeeper._commit_arrays = _commit_arrays
 elif point == "committed":  # named, and the ids removed from the family, which is not compacted yet
-    compact = dedup_store.DedupStore._compact_sealed
+    compact = generation_keeper.GenerationKeeper._compact_sealed
     def _compact_sealed(self, generation):
         if generation.arrays:
             die()
         compact(self, generation)
-    dedup_store.DedupStore._compact_sealed = _compact_sealed
+    generation_keeper.GenerationKeeper._compact_sealed = _compact_sealed
 
 store = dedup_store.DedupStore.open(path, topic="t", partition=0, window_ids=int(sys.argv[6]))
 for at in range(store.state.next_seq, count, 500):

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from mixed_ids import mixed_ids
 
+from store import opening
 from store.aging import AgingPolicy, age_step
 from store.codec import CF_META, META_IDENTITY, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreVersionError
 from store.footprint import family_file_levels
+from store.generation_keeper import unsealed
 from store.options import seal_options, shared_memory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,7 +80,7 @@ def test_a_generation_already_in_one_run_is_not_rewritten_when_the_next_starts(t
         last = mixed_ids(2_000, rng.randbytes)
         store.record(last, [1] * len(last))
         assert store.wait_for_seals(timeout_s=60)
-        assert not DedupStore._unsealed(store._generation_named(written))
+        assert not unsealed(store._keeper.named(written))
 
 
 def test_lookups_in_an_older_generation_leave_the_block_cache_to_the_newest(tmp_path, short_generations):
@@ -128,11 +130,11 @@ def test_a_secondary_opened_while_the_writer_starts_a_generation_reports_only_wh
     with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
         first = [b"first:%d" % n for n in range(500)]
         store.record(first, [1] * len(first))
-        listed = DedupStore._check_families(path)  # the reader lists the families here,
+        listed = opening.check_families(path)  # the reader lists the families here,
         later = [b"later:%d" % n for n in range(1_500)]
         store.record(later, [2] * len(later))  # the writer starts a generation at 1,000,
         with monkeypatch.context() as patched:
-            patched.setattr(DedupStore, "_check_families", staticmethod(lambda _: listed))
+            patched.setattr(opening, "check_families", lambda _: listed)
             reader = DedupStore.open_secondary(path)  # and the reader catches up past it
         with reader:
             assert reader.state.next_seq == 1_000  # what its families hold, not what the writer's state says
@@ -151,8 +153,8 @@ def test_a_store_of_an_earlier_layout_is_refused_with_the_rebuild_that_replaces_
     with DedupStore.open_existing(path) as store:  # an earlier build's: the schema mark says so
         identity = json.loads(store.family(CF_META)[META_IDENTITY])
         store.family(CF_META)[META_IDENTITY] = json.dumps({**identity, "schema_version": 5}).encode()
-    for opening in (DedupStore.open_secondary, DedupStore.open_existing):
+    for open_store in (DedupStore.open_secondary, DedupStore.open_existing):
         with pytest.raises(StoreVersionError) as refused:
-            opening(path)
+            open_store(path)
         assert "schema version 5; this build reads schema 6 only" in str(refused.value)
         assert "dedupectl rebuild -p 3 --replace" in str(refused.value)

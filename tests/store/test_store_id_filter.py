@@ -260,7 +260,7 @@ def test_a_generation_started_right_after_the_filter_was_saved_does_not_save_it_
         assert not any(store.contains_many(_ajs(10)))  # read back: it holds every id recorded
         later = _ajs(1_000)
         store.record(later, list(range(1_000)))  # starts a generation: the one before is sealed
-        assert len(store._generations) == 2
+        assert len(store._keeper.generations) == 2
         assert store.wait_for_seals(60)
         assert (path / FILTER_FILE).read_bytes() == saved
         store.record(_ajs(stretch), list(range(stretch)))  # past the next start: ids the file lacks, so saved
