@@ -10,7 +10,6 @@ never share a store); readers take no lock (``store.opening.open_reader``).
 
 from __future__ import annotations
 
-import bisect
 import os
 import shutil
 import tempfile
@@ -24,6 +23,7 @@ from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from store import generations as gens
 from store import id_scans, opening
+from store.batch_writer import BatchWriter
 from store.catch_up import catch_up
 from store.codec import (
     CF_META,
@@ -37,14 +37,9 @@ from store.codec import (
     OutputGap,
     StoreIdentity,
     StoreState,
-    batch_digests,
-    decode_seq,
     decode_state,
     encode_ids,
-    encode_seq,
-    encode_seq_values,
     encode_state,
-    encode_times,
 )
 from store.database import Database
 from store.errors import StoreError
@@ -56,7 +51,7 @@ from store.lookups import LOOKUP_CHUNK, Lookups
 from store.options import SharedMemory
 from store.output_gaps import OutputGaps
 from store.repairs import Repairs
-from store.seq_view import SeqView
+from store.seq_view import SeqOrder
 from store.writer_lock import WRITING
 
 MIN_FILTER_WINDOW = 1_000_000  # ids a filter is sized for at least
@@ -88,7 +83,7 @@ class DedupStore:
         self._window_ids = window_ids  # the store's bound
         self._new_generation_options = new_generation_options
         self._secondary_dir = secondary_dir
-        self._seq_view: SeqView | None = None
+        self._order = SeqOrder(lambda low, high: id_scans.id_chunks(lambda: self._keeper.generations, low, high))
         self._closed = False
         self._filters = FilterKeeper(
             StoreAccess(
@@ -128,6 +123,7 @@ class DedupStore:
                                 lambda: self._state)  # fmt: skip
         self._ledger = Ledger(database, lambda: self._state, lambda: self._gaps.offsets_from_seq)
         self._repairs = Repairs(database, self._keeper, self._lookups, self._ledger, self._filters)
+        self._writer = BatchWriter(database, self._keeper, self._filters, self.generation_ids)
 
     def _abandon(self) -> None:
         """Let a store whose construction failed go: every family it took, then the database (and its lock)."""
@@ -294,29 +290,7 @@ class DedupStore:
         """``(seq, messageId)`` of live ids in sequence (publication) order, ``from_seq`` inclusive to ``to_seq``
         exclusive. Ids are stored by id: the first call builds a sequence view (one scan of the generations, on
         temporary disk; see ``store.seq_view``); later calls are seeks."""
-        low = max(self._state.first_live_seq, from_seq or 0)
-        high = self._state.next_seq if to_seq is None else min(to_seq, self._state.next_seq)
-        if low >= high:
-            return
-        view = self._view(low, high)
-        end = encode_seq(high)
-        for seq_key, message_id in view.db.items(from_key=encode_seq(low)):
-            if seq_key >= end:
-                return
-            seq = decode_seq(seq_key)
-            if seq >= self._state.first_live_seq:  # aging may have moved the cut meanwhile
-                yield seq, message_id
-
-    def _view(self, low: int, high: int) -> SeqView:
-        view = self._seq_view
-        if view is None or low < view.low or high > view.high:
-            if view is not None:
-                low = min(low, view.low)
-                view.close()
-            high = self._state.next_seq
-            chunks = id_scans.id_chunks(lambda: self._keeper.generations, low, high)
-            self._seq_view = view = SeqView(chunks, low, high)
-        return view
+        return self._order.items(self._state, from_seq, to_seq)
 
     # -- output gaps (store.output_gaps) ----------------------------------------------------------------
 
@@ -436,7 +410,7 @@ class DedupStore:
         """A column family by name (a generation's too), for this package's modules and their tests. ``SEQ_VIEW``
         (not on disk) is the read-only sequence view, built on first use (see ``iter_by_seq``)."""
         if name == SEQ_VIEW:
-            return self._view(self._state.first_live_seq, self._state.next_seq).db
+            return self._order.view(self._state, self._state.first_live_seq, self._state.next_seq).db
         if name in (CF_TIMES, CF_META):
             return {CF_TIMES: self._database.times, CF_META: self._database.meta}[name]
         return self._keeper.named(name).family
@@ -463,58 +437,19 @@ class DedupStore:
         output_offsets: Sequence[int] | None = None,
         keys: list[bytes] | None = None,
     ) -> StoreState:
-        """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch.
-
-        The caller guarantees the ids are absent from the store and distinct; ``output_offsets``, when known,
-        are where each id was published (ascending, past every offset recorded in the output topic's present
-        life: see ``offsets_from_seq``); ``keys``, when given, are ``encode_ids(ids)`` computed already.
-        """
+        """Record newly published ids (in publish order) and the offsets now covered, in one WriteBatch
+        (``store.batch_writer``); ``keys``, when given, are ``encode_ids(ids)`` computed already."""
         self._require_writable()
-        if len(ids) != len(timestamps_ms):
-            raise ValueError(f"{len(ids)} ids but {len(timestamps_ms)} timestamps")
-        if output_offsets is not None and len(output_offsets) != len(ids):
-            raise ValueError(f"{len(ids)} ids but {len(output_offsets)} output offsets")
-        state, database = self._state, self._database
-        batch = WriteBatch(raw_mode=True)
-        first = state.next_seq
-        count = len(ids)
-        if count:
-            if keys is None:
-                keys = encode_ids(ids)
-            values = encode_seq_values(first, count)
-            starts, sealed = self._keeper.generations_for(first, count, self.generation_ids())
-            if sealed:
-                self._filters.sealed()
-            put = batch.put
-            # in key order: the memtable's skip list takes sorted keys about 20% faster, more than the sort costs
-            ordered = sorted(range(count), key=keys.__getitem__)
-            if len(starts) == 1:  # the usual batch: all in the newest generation
-                handle = starts[0][1].handle
-                for index in ordered:
-                    put(keys[index], values[index], handle)
-            else:
-                firsts = [start for start, _ in starts]
-                for index in ordered:
-                    put(keys[index], values[index], starts[bisect.bisect_right(firsts, first + index) - 1][1].handle)
-            # the batch's digests let reconcile check a stretch of output against it without a lookup per id
-            put(encode_seq(first), encode_times(timestamps_ms, batch_digests(keys), output_offsets),
-                database.times_handle)  # fmt: skip
-        new_state = StoreState(
-            next_seq=first + count,
-            first_live_seq=state.first_live_seq,
-            input_offset=state.input_offset if input_offset is None else max(input_offset, state.input_offset),
-            output_offset=state.output_offset if output_offset is None else max(output_offset, state.output_offset),
+        first = self._state.next_seq
+        self._state, keys = self._writer.write(
+            self._state, ids, timestamps_ms, input_offset, output_offset, output_offsets, keys
         )
-        batch.put(META_STATE, encode_state(new_state), database.meta_handle)
-        database.write(batch)
-        self._state = new_state
-        if count:
-            self._filters.add(keys, np.arange(first, first + count, dtype=np.int64))
+        if ids:
+            self._filters.add(keys, np.arange(first, first + len(ids), dtype=np.int64))
             self._filters.save_if_due()
             self._keeper.step()
-        if self._seq_view is not None and count:
-            self._seq_view.add(first, list(ids))
-        return new_state
+            self._order.added(first, ids)
+        return self._state
 
     def write_state(self, state: StoreState, batch: WriteBatch | None = None) -> None:
         """Persist ``state`` (optionally inside a caller's batch, which this then writes)."""
@@ -532,10 +467,7 @@ class DedupStore:
         would outlive newer ids and push one of them out."""
         self._require_writable()
         placed = self._repairs.place(encode_ids(ids), offsets)
-        if self._seq_view is not None:
-            for message_id, seq in zip(ids, placed, strict=True):
-                if seq is not None:
-                    self._seq_view.add(seq, [message_id])
+        self._order.placed(ids, placed)
         return placed
 
     def forget_many(self, ids: Sequence[bytes]) -> int:
@@ -543,8 +475,7 @@ class DedupStore:
         WriteBatch; returns how many were there. Sequence numbers and covered offsets do not change."""
         self._require_writable()
         removed = self._repairs.forget(encode_ids(ids))
-        if removed and self._seq_view is not None:
-            self._seq_view.remove(removed)
+        self._order.removed(removed)
         return len(removed)
 
     def erase_keys(self, keys: list[bytes]) -> None:
@@ -585,9 +516,7 @@ class DedupStore:
                 self.wait_for_seals()
                 self._filters.save_at_close()
             self._filters.close()
-            if self._seq_view is not None:
-                self._seq_view.close()
-                self._seq_view = None
+            self._order.close()
             self._keeper.close_families()  # RocksDB stays open (and locked) while any family is alive
             self._database.close()
             self._closed = True

@@ -11,11 +11,11 @@ with its own ``record`` and ``forget_many``.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from store.codec import decode_id, encode_seq
+from store.codec import StoreState, decode_id, decode_seq, encode_seq
 
 
 class SeqView:
@@ -55,3 +55,54 @@ class SeqView:
             self.db.close()
         finally:
             self._dir.cleanup()
+
+
+class SeqOrder:
+    """A store's ids in sequence order: the view built on first use (``chunks(low, high)`` reads them from the
+    store), grown when asked for more, and kept current with the store's writes until it closes."""
+
+    def __init__(self, chunks: Callable[[int, int], Iterable[tuple[list[bytes], list[int]]]]) -> None:
+        self._chunks = chunks
+        self._view: SeqView | None = None
+
+    def items(self, state: StoreState, from_seq: int | None, to_seq: int | None) -> Iterator[tuple[int, bytes]]:
+        """``(seq, messageId)`` of live ids, ``from_seq`` inclusive to ``to_seq`` exclusive."""
+        low = max(state.first_live_seq, from_seq or 0)
+        high = state.next_seq if to_seq is None else min(to_seq, state.next_seq)
+        if low >= high:
+            return
+        end = encode_seq(high)
+        for seq_key, message_id in self.view(state, low, high).db.items(from_key=encode_seq(low)):
+            if seq_key >= end:
+                return
+            seq = decode_seq(seq_key)
+            if seq >= state.first_live_seq:
+                yield seq, message_id
+
+    def view(self, state: StoreState, low: int, high: int) -> SeqView:
+        view = self._view
+        if view is None or low < view.low or high > view.high:
+            if view is not None:
+                low = min(low, view.low)
+                view.close()
+            self._view = view = SeqView(self._chunks(low, state.next_seq), low, state.next_seq)
+        return view
+
+    def added(self, first: int, ids: Sequence[bytes]) -> None:
+        if self._view is not None and ids:
+            self._view.add(first, list(ids))
+
+    def placed(self, ids: Sequence[bytes], seqs: Sequence[int | None]) -> None:
+        if self._view is not None:
+            for message_id, seq in zip(ids, seqs, strict=True):
+                if seq is not None:
+                    self._view.add(seq, [message_id])
+
+    def removed(self, seqs: list[int]) -> None:
+        if self._view is not None and seqs:
+            self._view.remove(seqs)
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None
