@@ -62,8 +62,9 @@ from benchmarks.peers.jvm_build import JvmBuildFailed, jvm_peers  # noqa: E402
 from benchmarks.peers.runner import Context, RunFailed, clean_run, crash_run  # noqa: E402
 from benchmarks.peers.systems import SYSTEMS  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
-from dedupectl.devbroker import LocalBroker, resolve_kafka_version  # noqa: E402
+from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
+from dedupectl.kafka_jars import resolve_kafka_version  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 
 console = Console(stderr=True)

@@ -250,7 +250,7 @@ def lookups(store: DedupStore, total: int, batch: int, rounds: int = 11) -> dict
         methods = {
             "raw_multiget_whole_batch_per_s": _raw_multiget(raw(), None),
             "raw_multiget_512_per_s": _raw_multiget(raw(), 512),
-            # the lists the store's API sends (dedup_store.LOOKUP_CHUNK)
+            # the lists the store's API sends (store.lookups.LOOKUP_CHUNK)
             "raw_multiget_32_per_s": _raw_multiget(raw(), 32),
             "contains_many_per_s": lambda i, b=_batches(make_ids(), batch): store.contains_many(b[i]),
             # the worker's path: a batch's ids are encoded once, for this lookup and for record()

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dedupectl.config import KafkaConfig, resolve_worker_config
-from dedupectl.devbroker import LocalBroker, ensure_kafka_libs
+from dedupectl.devbroker import LocalBroker
 from dedupectl.kafka_clients import create_topics
+from dedupectl.kafka_jars import ensure_kafka_libs
 from dedupectl.sample_events import SampleReport, SampleSpec, generate, produce_sample
 from dedupectl.verify import OutputCheck, check_output, count_ids
 from dedupectl.worker import RunSummary, Worker

@@ -16,7 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from reconcile.diff import ScanRange, reconcile_partition
+from reconcile.comparison import ScanRange
+from reconcile.diff import reconcile_partition
 from reconcile.errors import OutputGapError
 from reconcile.gaps import find_gap, refusal
 from reconcile.scan import OffsetBounds, OutputReader

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from reconcile.diff import ScanRange, reconcile_partition
+from reconcile.comparison import ScanRange
+from reconcile.diff import reconcile_partition
 from reconcile.errors import Interrupted, RangeError, TopicError
 from reconcile.gaps import find_gap
 from reconcile.kafka import KafkaConfig, partition_counts

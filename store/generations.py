@@ -10,7 +10,7 @@ whatever the store holds. Aging drops a generation whole, with its sealed arrays
 last number.
 
 A family is named by its first sequence number (``ids.`` + 20 digits); it ends where the next begins. This
-module keeps that list; ``DedupStore`` owns the families.
+module keeps that list; ``store.generation_keeper`` owns the families.
 """
 
 from __future__ import annotations

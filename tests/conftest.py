@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from spark_standalone import StandaloneCluster
 
-from dedupectl.devbroker import LocalBroker, kafka_version, resolve_kafka_version
+from dedupectl.devbroker import LocalBroker
+from dedupectl.kafka_jars import kafka_version, resolve_kafka_version
 
 TEST_VERSION_ENV = "DEDUPECTL_TEST_KAFKA_VERSION"
 

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from dedupectl.devbroker import ensure_kafka_libs, kafka_libs_dir, resolve_kafka_version
+from dedupectl.kafka_jars import ensure_kafka_libs, kafka_libs_dir, resolve_kafka_version
 
 SOURCES = Path(__file__).resolve().parent / "jvm"
 

@@ -22,8 +22,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from typer.testing import CliRunner
 
 from dedupectl.cli.commands import dev as dev_command
-from dedupectl.devbroker import VERSION_ENV, LocalBroker, kafka_libs_dir, kafka_version, resolve_kafka_version
+from dedupectl.devbroker import LocalBroker
 from dedupectl.errors import LocalBrokerError
+from dedupectl.kafka_jars import VERSION_ENV, kafka_libs_dir, kafka_version, resolve_kafka_version
 
 # --- helpers --------------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from reconcile_support import ids, only_partition
 
+import reconcile.comparison
 import reconcile.diff
 
 
@@ -16,13 +17,13 @@ def fast_path(monkeypatch) -> list[bool]:
     monkeypatch.setattr(reconcile.diff, "GROUP_RECORDS", 10)
     monkeypatch.setattr(reconcile.diff, "SCAN_BATCH", 5)
     taken: list[bool] = []
-    feed_run = reconcile.diff._Comparison.feed_run
+    feed_run = reconcile.comparison.Comparison.feed_run
 
     def spy(self, group, advance_to, first_offset=None):
         taken.append(feed_run(self, group, advance_to, first_offset))
         return taken[-1]
 
-    monkeypatch.setattr(reconcile.diff._Comparison, "feed_run", spy)
+    monkeypatch.setattr(reconcile.comparison.Comparison, "feed_run", spy)
     return taken
 
 

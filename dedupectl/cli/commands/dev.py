@@ -12,7 +12,8 @@ import typer
 from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import status_line
-from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker, ensure_kafka_libs
+from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker
+from dedupectl.kafka_jars import ensure_kafka_libs
 
 dev_app = typer.Typer(
     help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True
