@@ -1,7 +1,7 @@
 """End-to-end throughput of ``dedupectl run`` against its baselines, on the project's local broker.
 
     python benchmarks/bench_worker.py [--count 1000000] [--repeat 3] [--naive-seconds 20] [--prefilled-ids N]
-        [--prefilled-dir DIR]
+        [--prefilled-dir DIR] [--baseline-checkout DIR]
 
 Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions), then runs, each in its own process
 and each into a fresh output topic: the plain transactional copy and ``dedupectl run``, alternated
@@ -13,6 +13,10 @@ With ``--prefilled-ids N``, each round also runs ``dedupectl run`` on stores tha
 as ``dedupectl rebuild`` does) and hard-linked into a fresh data directory for each run; its throughput is
 reported against the empty-store runs of the same rounds. ``--prefilled-dir`` keeps the bulk-loaded stores
 between invocations.
+
+With ``--baseline-checkout DIR`` (a checkout of an earlier commit, e.g. ``git worktree add DIR COMMIT``), each
+round also runs that checkout's ``dedupectl run`` (its code, this interpreter and its packages) on the same
+input, after this checkout's: its throughput is reported beside this one's, as a ratio of the median runs.
 
 Throughput is measured from the first record consumed to the last transaction committed. Every dedupectl
 run's output is read back (read_committed) to check it is exactly once. Prints a table and writes
@@ -48,8 +52,8 @@ console = Console()
 PARTITIONS = 4
 
 
-def _json_from(command: list[str]) -> dict:
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+def _json_from(command: list[str], cwd: Path | None = None) -> dict:
+    completed = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
     if completed.returncode != 0:
         raise SystemExit(f"{command[:3]} failed ({completed.returncode}):\n{completed.stderr[-2000:]}")
     return json.loads(completed.stdout)
@@ -70,6 +74,7 @@ def main() -> None:
         "--repeat", type=int, default=3, help="copy and dedupectl runs, alternated; the median of each is reported"
     )
     add_prefill_options(parser)
+    parser.add_argument("--baseline-checkout", type=Path, help="also run the dedupectl of this checkout, each round")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 
@@ -96,8 +101,9 @@ def main() -> None:
                 [python, str(ROOT / "benchmarks/peers/copy_floor.py"), kafka.bootstrap_servers, "in", output]
             )
 
-        def dedupectl_run(round_: int, prefilled: bool = False) -> dict:
+        def dedupectl_run(round_: int, prefilled: bool = False, checkout: Path | None = None) -> dict:
             name = f"{round_}-prefilled" if prefilled else str(round_)
+            name = f"{name}-baseline" if checkout is not None else name
             output = f"out-dedup-{name}"
             create_topics(kafka, [output], PARTITIONS)
             data_dir = data / f"data-{name}"
@@ -108,7 +114,7 @@ def main() -> None:
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
             if prefilled:  # a bound that holds the prefill and the run's ids: nothing ages, as on the empty stores
                 command += ["--max-keys", str((args.prefilled_ids + args.count) // PARTITIONS * 2)]
-            run = _json_from(command)
+            run = _json_from(command, cwd=checkout)  # python -m takes the code of its working directory first
             check = check_output(kafka, output, expected)
             shutil.rmtree(data_dir, ignore_errors=True)
             return {**{key: run[key] for key in ("consumed", "busy_seconds", "peak_rss_mb")}, "check": check}
@@ -116,6 +122,8 @@ def main() -> None:
         expected = {record.key for record in generate(spec) if record.kind == "new"}
         runs: dict[str, list[dict]] = {"copy": [], "dedupectl": []}
         prefill_seconds = None
+        if args.baseline_checkout:
+            runs["baseline"] = []
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
@@ -130,6 +138,9 @@ def main() -> None:
                 runs["copy"].append(copy_run(round_))
             with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run (and reading its output back)"):
                 runs["dedupectl"].append(dedupectl_run(round_))
+            if args.baseline_checkout:
+                with console.status(f"round {round_ + 1}/{args.repeat}: the baseline checkout's dedupectl run"):
+                    runs["baseline"].append(dedupectl_run(round_, checkout=args.baseline_checkout.resolve()))
             if args.prefilled_ids:
                 with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the pre-filled stores"):
                     runs["dedupectl_prefilled"].append(dedupectl_run(round_, prefilled=True))
@@ -153,7 +164,7 @@ def main() -> None:
         )
     results = {name: _median_run(name_runs) for name, name_runs in runs.items()}
     results["naive"] = naive
-    checks = [run.pop("check") for name in runs if name.startswith("dedupectl") for run in runs[name]]
+    checks = [run.pop("check") for name in runs if name != "copy" for run in runs[name]]
     check = next((c for c in checks if not c.exactly_once), checks[0])
     ours = results["dedupectl"]["messages_per_second"]
     table = Table(
@@ -161,7 +172,8 @@ def main() -> None:
     )
     for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
         table.add_column(column, justify="right" if column != "system" else "left")
-    for name in ("copy", "naive", "dedupectl", *(["dedupectl_prefilled"] if args.prefilled_ids else [])):
+    shown = ["copy", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
+    for name in shown + (["dedupectl_prefilled"] if args.prefilled_ids else []):
         figures = results[name]
         ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
         table.add_row(
@@ -198,6 +210,13 @@ def main() -> None:
         "prefill_seconds": prefill_seconds,
         "output_check": check.__dict__,
     }
+    if args.baseline_checkout:
+        report["baseline_checkout"] = str(args.baseline_checkout)
+        report["ratios"]["dedupectl_vs_baseline"] = ours / results["baseline"]["messages_per_second"]
+        console.print(
+            f"against the baseline checkout {args.baseline_checkout}: "
+            f"{report['ratios']['dedupectl_vs_baseline']:.2f}x (median runs)"
+        )
     if args.prefilled_ids:
         report["ratios"]["prefilled_vs_empty"] = results["dedupectl_prefilled"]["messages_per_second"] / ours
         console.print(
