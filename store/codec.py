@@ -1,4 +1,4 @@
-"""Byte layout of the dedup store (schema version 6).
+"""Byte layout of the dedup store (schema version 7).
 
 Every id is stored exactly once (bytes per id: docs/benchmarks.md). The ids in generation families, plus
 two more families, always written together in one ``WriteBatch``:
@@ -64,8 +64,9 @@ batches numbered below its ``from_seq`` belong to the topic's earlier life: the 
 recorded without offsets (``DedupStore.output_offsets``). A store without these keys has no gap (builds
 before them ignore the keys, and would read such earlier offsets as the present topic's).
 
-Versions. A store has schema 6, written in its identity when it is created; a store of any other (an earlier
-build's: one ``ids`` family, no sealed arrays, batches without offsets or digests) is refused in one line that
+Versions. A store has schema 7, written in its identity when it is created; a store of any other (an earlier
+build's: one ``ids`` family, sealed arrays checked whole rather than by block, batches without offsets or
+digests) is refused in one line that
 says to rebuild it from the output topic (``dedupectl rebuild``). A batch may still lack digests (it lost ids
 to ``forget_many``) or offsets (recorded without them, or before an accepted ``truncated`` gap): both are read.
 """
@@ -85,7 +86,7 @@ from functools import lru_cache
 from itertools import accumulate, islice
 from operator import sub
 
-SCHEMA_VERSION = 6  # the one a store may have (see Versions)
+SCHEMA_VERSION = 7  # the one a store may have (see Versions)
 MAX_ID_BYTES = 256
 
 CF_IDS = "ids"

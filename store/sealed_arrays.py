@@ -7,14 +7,20 @@ index search and a block decompressed (figures and the commands that measure the
 One file holds the ids of one key prefix (``store.codec``: ``0xA0 0x10`` for ``ajs-``, ``0x02`` for a UUID),
 each as the 16 bytes after it:
 
-    header   48 bytes, little-endian: magic | count (u64) | first number (u64) | CRC-32 of what follows (u32) |
-             prefix length (u8) | prefix (up to 19 bytes, zero-padded)
+    header   48 bytes, little-endian: magic | count (u64) | first number (u64) | CRC-32 (u32) of the header
+             (this field as 0) and the block table | prefix length (u8) | prefix (up to 19 bytes, zero-padded)
     ids      count x 2 u64: each id's first 8 bytes read big-endian, then its last 8, ascending as the ids'
              bytes do; an id's two halves side by side, so that the search's last step reads both in one line
              of memory
     seqs     count x u32: each id's sequence number less the file's first number
     guide    2^b + 1 x u32, b = floor(log2(count / 32)) (0 below 64 ids): where each of 2^b equal slices of the
              key space (by an id's first b bits) starts in the file, and last the count
+    blocks   a u32 CRC-32 of each 4 KiB block of the ids, seqs and guide above, laid end to end (the last block
+             as long as what is left)
+
+Every byte is checked before anything is answered from it: the header and the block table at open (a few
+KiB a file: 0.001 bytes per id), each block at the first read of it (a lookup reads a few; a scan, all). A
+worker's restart then checks what its first lookups read, not every file whole.
 
 The guide (0.125 bytes per id, in the file: a search reads it from the mapping, and nothing is built at open
 or at a first search) bounds a binary search on the first halves of an id's slice, about 32 ids, that a
@@ -44,14 +50,14 @@ from store.errors import StoreCorruptError
 from store.id_filter import commit
 
 ID_BYTES = 16
-MAGIC = b"DDSARR03"
+MAGIC = b"DDSARR04"
 MAX_PREFIX_BYTES = 19
 _HEADER = struct.Struct(f"<8sQQIB{MAX_PREFIX_BYTES}s")
 HEADER_BYTES = _HEADER.size
 BYTES_PER_ID = 8 + 8 + 4
 MAX_SEQ_SPAN = 2**32  # numbers a file can hold above its first: they are kept as u32
 IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes of memory per id
-_CRC_CHUNK = 1 << 24
+BLOCK_BYTES = 4096  # a page: a lookup's first read of a block checks 4 KiB
 _GUIDE_CHUNK = 1 << 20
 MAX_IDS = 2**32 - 1  # a guide's entries are u32
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux's: elsewhere pages are mapped as they are touched
@@ -87,16 +93,20 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
     pairs = np.empty((high.size, 2), dtype=np.uint64)
     pairs[:, 0], pairs[:, 1] = high, low
     columns = (pairs, (numbers - first_seq).astype(np.uint32), _guide_starts(high))
-    crc = 0
-    for column in columns:
-        crc = zlib.crc32(column.data, crc)
-    header = _HEADER.pack(MAGIC, high.size, first_seq, crc, len(prefix), prefix)
+    unchecked = _HEADER.pack(MAGIC, high.size, first_seq, 0, len(prefix), prefix)
     partial = path.with_name(f".{path.name}.partial")
     try:
-        with open(partial, "wb") as handle:
-            handle.write(header)
+        with open(partial, "wb+") as handle:
+            handle.write(unchecked)
             for column in columns:
                 column.tofile(handle)
+            handle.flush()
+            with mmap.mmap(handle.fileno(), 0, prot=mmap.PROT_READ) as mapped:
+                table = _block_crcs(mapped, HEADER_BYTES)
+            handle.seek(0, 2)
+            table.tofile(handle)
+            handle.seek(0)
+            handle.write(_HEADER.pack(MAGIC, high.size, first_seq, _header_crc(unchecked, table), len(prefix), prefix))
     except OSError:
         partial.unlink(missing_ok=True)
         raise
@@ -108,21 +118,24 @@ class SealedArrays:
     """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it.
 
     ``halves`` holds every id's two halves, as u64, side by side: an id's first half is at ``2 * row``, its
-    second at ``2 * row + 1``."""
+    second at ``2 * row + 1``. Nothing is read from them before the blocks it lies in are checked."""
 
     path: Path
     prefix: bytes
     first_seq: int
     halves: np.ndarray
     seqs: np.ndarray
-    crc: int
     stored_guide: np.ndarray  # the file's guide
+    data: np.ndarray  # the bytes the block table covers
+    table: np.ndarray  # each block's CRC-32
+    checked: np.ndarray  # each block's: checked already
 
     @classmethod
     def open(cls, path: Path, *, populate: bool = False) -> SealedArrays:
-        """Map the file at ``path``; a file this layout did not write whole is refused. ``populate`` maps every
-        page now (read from disk where the page cache lacks it): otherwise a lookup's first touch of a page
-        takes a page fault, which costs more than the rest of its search."""
+        """Map the file at ``path``; a file this layout did not write whole, or whose header or block table fails
+        its CRC, is refused. ``populate`` maps every page now (read from disk where the page cache lacks it):
+        otherwise a lookup's first touch of a page takes a page fault, which costs more than the rest of its
+        search."""
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
@@ -135,17 +148,41 @@ class SealedArrays:
             expected = _file_size(count)
             if size != expected:
                 raise _corrupt(path, f"it holds {size} bytes, not the {expected} its header says")
+            data_bytes = _data_bytes(count)
+            handle.seek(HEADER_BYTES + data_bytes)
+            table = np.frombuffer(handle.read(), dtype=np.uint32)
+            if _header_crc(_HEADER.pack(MAGIC, count, first_seq, 0, prefix_bytes, prefix), table) != crc:
+                raise _corrupt(path, "its header or block table does not match the checksum its header carries")
             flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
-            mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ) if count else None
-        if count:
-            halves = np.frombuffer(mapped, dtype=np.uint64, count=2 * count, offset=HEADER_BYTES)
-            seqs = np.frombuffer(mapped, dtype=np.uint32, count=count, offset=HEADER_BYTES + 16 * count)
-            at = HEADER_BYTES + count * BYTES_PER_ID
-            guide = np.frombuffer(mapped, dtype=np.uint32, count=_guide_entries(count), offset=at)
-        else:
-            halves, seqs = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
-            guide = np.zeros(_guide_entries(0), np.uint32)  # what write gave it
-        return cls(path, prefix[:prefix_bytes], first_seq, halves, seqs, crc, guide)
+            mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+        data = np.frombuffer(mapped, dtype=np.uint8, count=data_bytes, offset=HEADER_BYTES)
+        halves = data[: 16 * count].view(np.uint64)
+        seqs = data[16 * count : 20 * count].view(np.uint32)
+        guide = data[20 * count :].view(np.uint32)
+        checked = np.zeros(table.size, dtype=bool)
+        return cls(path, prefix[:prefix_bytes], first_seq, halves, seqs, guide, data, table, checked)
+
+    def _check_rows(self, low: np.ndarray, high: np.ndarray, at: int = 0, width: int = 16) -> None:
+        """Check the blocks of the entries ``low[i]`` to ``high[i]`` (inclusive) of the column of ``width``-byte
+        entries at byte ``at`` of the checked bytes, before they are read."""
+        first = (at + width * low) // BLOCK_BYTES
+        spans = (at + width * high + width - 1) // BLOCK_BYTES - first + 1
+        if spans.size and spans.max() > 1:  # ranges over several blocks: every block of each
+            starts = np.repeat(first, spans)
+            steps = np.arange(starts.size) - np.repeat(np.cumsum(spans) - spans, spans)
+            first = starts + steps
+        self._check_blocks(first)
+
+    def _check_blocks(self, blocks: np.ndarray) -> None:
+        todo = np.unique(blocks[~self.checked[blocks]])
+        for block in todo.tolist():
+            start = block * BLOCK_BYTES
+            if zlib.crc32(self.data[start : start + BLOCK_BYTES]) != int(self.table[block]):
+                raise _corrupt(self.path, f"its block at byte {HEADER_BYTES + start} fails its checksum")
+        self.checked[todo] = True
+
+    def _check_all(self) -> None:
+        self._check_blocks(np.flatnonzero(~self.checked))
 
     def __len__(self) -> int:
         return self.seqs.size
@@ -174,22 +211,11 @@ class SealedArrays:
         return self.halves.take(rows * 2 + 1)
 
     @cached_property
-    def _checked(self) -> bool:
-        self.verify()
-        return True
-
-    def _check_once(self) -> None:
-        """Check the whole file against its CRC once, before anything is answered from it: at its first search
-        or read, not at its open (a reader that answers from no array pays nothing, a worker's restart makes no
-        pass over every file)."""
-        _ = self._checked
-
-    @cached_property
     def _guide(self) -> tuple[np.ndarray, int, int]:
         """Where each slice of the key space starts in the file (and, last, the count), how many first bits of an
         id name its slice, and the most ids a slice holds."""
-        self._check_once()
         count = len(self)
+        self._check_rows(np.zeros(1, np.int64), np.array([self.stored_guide.size - 1]), 20 * count, 4)
         starts = self.stored_guide
         sizes = np.diff(starts.astype(np.int64))
         if starts[0] != 0 or starts[-1] != count or sizes.min() < 0:  # a search would leave the file
@@ -205,20 +231,15 @@ class SealedArrays:
         _ = self._guide
 
     def verify(self) -> None:
-        """Read the whole file and check it against the CRC its header carries."""
-        crc = 0
-        for column in (self.halves, self.seqs, self.stored_guide):
-            view = column.view(np.uint8)
-            for start in range(0, view.size, _CRC_CHUNK):
-                crc = zlib.crc32(view[start : start + _CRC_CHUNK], crc)
-        if crc != self.crc:
-            raise damaged(f"sealed arrays {self.path}", "its bytes do not match the checksum its header carries")
+        """Read the whole file and check every block against its CRC."""
+        self._check_all()
 
     def seqs_of(self, bodies: bytes) -> np.ndarray:
         """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
         the file does not hold it."""
         rows = self.rows_of(bodies)
         held = np.flatnonzero(rows >= 0)
+        self._check_rows(rows[held], rows[held], 16 * len(self), 4)
         found = np.full(rows.size, -1, dtype=np.int64)
         found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
         return found
@@ -233,6 +254,7 @@ class SealedArrays:
         starts, bits, span = self._guide
         slices = (high >> np.uint64(64 - bits)).astype(np.int64) if bits else np.zeros(high.size, np.int64)
         first, end = starts.take(slices).astype(np.int64), starts.take(slices + 1).astype(np.int64)
+        self._check_rows(np.minimum(first, count - 1), np.minimum(end, count - 1))  # every row a search may read
         at = _first_not_below(first, end, span, count - 1, lambda row: self._high_at(row) < high)
         row = np.minimum(at, count - 1)
         found_high = self._high_at(row)
@@ -253,7 +275,7 @@ class SealedArrays:
 
     def position(self, key: bytes) -> int:
         """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
-        self._check_once()
+        self._check_all()
         if key[: len(self.prefix)] != self.prefix:
             return 0 if key < self.prefix else len(self)
         body = key[len(self.prefix) :].ljust(ID_BYTES, b"\x00")[:ID_BYTES]
@@ -273,7 +295,7 @@ class SealedArrays:
     def columns(self, chunk: int = 1_000_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(first halves, second halves, numbers)`` of the ids in key order, ``chunk`` at a time, as arrays:
         for readers of every id that need no key made (an id filter's build)."""
-        self._check_once()
+        self._check_all()
         for begin in range(0, len(self), chunk):
             stop = begin + chunk
             yield self.high[begin:stop], self.low[begin:stop], self.seqs[begin:stop].astype(np.int64) + self.first_seq
@@ -281,7 +303,7 @@ class SealedArrays:
     def items(self, chunk: int = 65_536, start: int = 0) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
         its prefix, as ``store.codec`` packs it."""
-        self._check_once()
+        self._check_all()
         for begin in range(start, len(self), chunk):
             stop = begin + chunk
             bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")
@@ -291,9 +313,31 @@ class SealedArrays:
             yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
 
 
+def _data_bytes(count: int) -> int:
+    """Bytes of the ids, numbers and guide of a file of ``count`` ids: what its block table covers."""
+    return count * BYTES_PER_ID + _guide_entries(count) * 4
+
+
 def _file_size(count: int) -> int:
-    """Bytes of a file of ``count`` ids, its guide included."""
-    return HEADER_BYTES + count * BYTES_PER_ID + _guide_entries(count) * 4
+    """Bytes of a file of ``count`` ids, its guide and block table included."""
+    data = _data_bytes(count)
+    return HEADER_BYTES + data + -(-data // BLOCK_BYTES) * 4
+
+
+def _block_crcs(mapped: mmap.mmap, at: int) -> np.ndarray:
+    """The CRC-32 of each block of ``mapped`` from byte ``at`` on."""
+    view = memoryview(mapped)
+    try:
+        return np.array(
+            [zlib.crc32(view[start : start + BLOCK_BYTES]) for start in range(at, len(view), BLOCK_BYTES)],
+            dtype=np.uint32,
+        )
+    finally:
+        view.release()
+
+
+def _header_crc(header: bytes, table: np.ndarray) -> int:
+    return zlib.crc32(table.tobytes(), zlib.crc32(header))
 
 
 def _guide_bits(count: int) -> int:

@@ -20,6 +20,7 @@ from store.errors import StoreCorruptError
 from store.filter_keeper import FILTER_FILE
 from store.id_filter import GROUPS
 from store.layout import store_path
+from store.sealed_arrays import BLOCK_BYTES, HEADER_BYTES
 
 COUNT = 9_000
 GENERATION = 2_000
@@ -52,6 +53,16 @@ def _flip(file: Path) -> None:
     file.write_bytes(bytes(data))
 
 
+def _scribble(file: Path) -> None:
+    """A byte flipped in every block of a sealed-arrays file's ids, outside its block table: whatever a lookup
+    reads there is damaged (each block is checked at its first read)."""
+    data = bytearray(file.read_bytes())
+    table = -(-len(data) // BLOCK_BYTES) * 4
+    for at in range(HEADER_BYTES + 100, len(data) - table, BLOCK_BYTES):
+        data[at] ^= 0xFF
+    file.write_bytes(bytes(data))
+
+
 def _published_once(pipeline) -> dict[bytes, int]:
     counts: dict[bytes, int] = {}
     for message in read_all(pipeline, pipeline.output_topic):
@@ -77,14 +88,14 @@ def test_a_worker_refuses_a_damaged_store_before_publishing(make_pipeline, small
     pipeline, store = _filled(make_pipeline, small_generations)
     if damaged == "sealed-arrays":
         file = sorted(store.glob("*.arrays"))[0]
-        _flip(file)
+        _scribble(file)
     elif damaged == "table":
         file = max(store.glob("*.sst"), key=lambda f: f.stat().st_size)
         os.truncate(file, file.stat().st_size // 2)
     else:
         file = store / (store / "CURRENT").read_text().strip()
         os.truncate(file, file.stat().st_size // 2)
-    # in-window retries, the oldest generation's among them (a sealed-arrays file is checked when first read),
+    # in-window retries, the oldest generation's among them (a sealed-arrays block is checked when first read),
     # then new ids
     _produce(pipeline, _ids(0, 500) + _ids(COUNT - 3_000, COUNT + 500), "again")
     with pytest.raises(StoreCorruptError) as refused:
@@ -108,7 +119,7 @@ def test_a_damaged_id_filter_is_built_anew_and_no_retry_is_published_again(make_
 def test_the_worker_command_exits_2_in_one_line_on_a_damaged_store(make_pipeline, small_generations):
     pipeline, store = _filled(make_pipeline, small_generations)
     file = sorted(store.glob("*.arrays"))[-1]
-    _flip(file)
+    _scribble(file)
     first = int(file.name.split(".")[1])  # ids.<its generation's first number>.<prefix>.arrays
     _produce(pipeline, _ids(first, first + 10), "again")  # retries of ids that file holds
     process = pipeline.spawn_worker("w1", pipeline.config().data_dir, "--exit-on-idle", "2")

@@ -15,7 +15,7 @@ from mixed_ids import distinct_mixed_ids
 
 from store import generation_arrays
 from store.aging import AgingPolicy, age_step
-from store.codec import CF_META, META_ARRAYS, META_IDENTITY, encode_ids
+from store.codec import CF_META, META_ARRAYS, META_IDENTITY, SCHEMA_VERSION, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
 from store.filter_keeper import FILTER_FILE
@@ -74,7 +74,7 @@ def test_sealed_generations_hold_their_fixed_width_ids_in_arrays_and_answer_exac
         assert {family for family, _, _ in store.arrays_files()} == {name for name, _, _ in families[:-1]}
         assert sum(count for *_, count in store.arrays_files()) == sum(map(_fixed_width, ids[:sealed_below]))
         _check_sealed(store)
-        assert store.identity.schema_version == 6
+        assert store.identity.schema_version == SCHEMA_VERSION
         _check_exact(store, ids, range(len(ids)), unseen)
     with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
         _check_exact(store, ids, range(len(ids)), unseen)

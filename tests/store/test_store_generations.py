@@ -156,5 +156,5 @@ def test_a_store_of_an_earlier_layout_is_refused_with_the_rebuild_that_replaces_
     for open_store in (DedupStore.open_secondary, DedupStore.open_existing):
         with pytest.raises(StoreVersionError) as refused:
             open_store(path)
-        assert "schema version 5; this build reads schema 6 only" in str(refused.value)
+        assert "schema version 5; this build reads schema 7 only" in str(refused.value)
         assert "dedupectl rebuild -p 3 --replace" in str(refused.value)

@@ -12,7 +12,7 @@ import pytest
 from store import sealed_arrays
 from store.codec import AJS_PREFIX, TAG_UUID, encode_ids
 from store.errors import StoreCorruptError
-from store.sealed_arrays import HEADER_BYTES, MAX_SEQ_SPAN, SealedArrays
+from store.sealed_arrays import BLOCK_BYTES, HEADER_BYTES, MAX_SEQ_SPAN, SealedArrays
 
 
 def _written(tmp_path, bodies: list[bytes], first_seq: int = 1_000, prefix: bytes = AJS_PREFIX) -> SealedArrays:
@@ -80,18 +80,52 @@ def test_the_guide_is_kept_in_the_file_and_checked_with_it(tmp_path):
     held = [rng.randbytes(16) for _ in range(5_000)]
     arrays = _written(tmp_path, held)
     slices = 2**7  # 5,000 ids / 32 per slice, rounded down to a power of two
-    assert (tmp_path / "arrays").stat().st_size == HEADER_BYTES + 5_000 * 20 + (slices + 1) * 4
+    data_bytes = 5_000 * 20 + (slices + 1) * 4
+    table_bytes = -(-data_bytes // BLOCK_BYTES) * 4
+    assert (tmp_path / "arrays").stat().st_size == HEADER_BYTES + data_bytes + table_bytes
     assert arrays.file_bytes == (tmp_path / "arrays").stat().st_size
     firsts = sorted(body[:1][0] >> 1 for body in held)  # each id's slice: its first 7 bits
     assert arrays.stored_guide.tolist() == [sum(s < bound for s in firsts) for bound in range(slices + 1)]
     data = bytearray((tmp_path / "arrays").read_bytes())
-    data[-3] ^= 0x01  # in the guide's last entry: the count
+    data[-table_bytes - 3] ^= 0x01  # in the guide's last entry: the count
     (tmp_path / "arrays").write_bytes(bytes(data))
     damaged = SealedArrays.open(tmp_path / "arrays")
     with pytest.raises(StoreCorruptError, match="checksum"):
         damaged.verify()
     with pytest.raises(StoreCorruptError, match="checksum"):
-        _answers(damaged, held[:10])  # its first search checks the whole file first
+        _answers(SealedArrays.open(tmp_path / "arrays"), held[:10])  # a first search reads the guide
+
+
+def test_a_search_checks_the_blocks_it_reads_and_never_answers_from_a_damaged_one(tmp_path):
+    rng = random.Random(12)
+    held = sorted(rng.randbytes(16) for _ in range(20_000))  # in key order: row n is held[n]
+    arrays = _written(tmp_path, held)
+    assert not arrays.checked.any()  # an open reads the header and the block table only
+    assert _answers(arrays, [held[0]]) == [1_000]
+    assert 0 < arrays.checked.sum() <= 4  # the guide's, and the blocks of one slice and its number
+    path = tmp_path / "arrays"
+    data = bytearray(path.read_bytes())
+    data[HEADER_BYTES + 16 * 15_000] ^= 0x04  # the first half of held[15,000]
+    path.write_bytes(bytes(data))
+    damaged = SealedArrays.open(path)
+    assert _answers(damaged, held[:100]) == list(range(1_000, 1_100))  # blocks far from the damage: exact
+    with pytest.raises(StoreCorruptError, match=r"block at byte \d+ fails its checksum.*rebuild"):
+        _answers(damaged, [held[15_000]])
+    with pytest.raises(StoreCorruptError, match="checksum"):
+        list(SealedArrays.open(path).columns())  # a scan reads every block
+
+
+def test_a_damaged_header_or_block_table_is_refused_at_open(tmp_path):
+    rng = random.Random(13)
+    _written(tmp_path, [rng.randbytes(16) for _ in range(1_000)])
+    path = tmp_path / "arrays"
+    whole = path.read_bytes()
+    for at in (16, len(whole) - 2):  # the first number; a block's CRC
+        data = bytearray(whole)
+        data[at] ^= 0x01
+        path.write_bytes(bytes(data))
+        with pytest.raises(StoreCorruptError, match="header or block table"):
+            SealedArrays.open(path)
 
 
 def test_ids_in_key_order_or_not_make_the_same_file(tmp_path):
