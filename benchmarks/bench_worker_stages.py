@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import dedupectl.worker as worker_module  # noqa: E402
+import dedupectl.worker.loop as worker_module  # noqa: E402
 from benchmarks.bulk_stores import add_prefill_options, linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig, resolve_worker_config  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402

@@ -66,7 +66,7 @@ from store.options import shared_memory
 from store.window import effective_window_seconds
 from store.worker_status import remove_status, status_path, write_status
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
 
