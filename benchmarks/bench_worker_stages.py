@@ -48,13 +48,18 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-import dedupectl.worker.loop as worker_module  # noqa: E402
 from benchmarks.bulk_stores import add_prefill_options, linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig, resolve_worker_config  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
+from dedupectl.worker import Worker  # noqa: E402
+from dedupectl.worker import plan as plan_module  # noqa: E402
+from dedupectl.worker.partitions import Partitions  # noqa: E402
+from dedupectl.worker.pipeline import Pipeline  # noqa: E402
+from dedupectl.worker.publisher import TransactionalPublisher  # noqa: E402
+from dedupectl.worker.recovery import Recovery  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.filter_keeper import FilterKeeper  # noqa: E402
 from store.id_filter import IdFilter  # noqa: E402
@@ -64,24 +69,24 @@ PARTITIONS = 4
 
 # (stage, owner, attribute): each wrapped with a timer for the worker's run in this process
 TIMED = [
-    ("collect", worker_module.Worker, "_collect"),
-    ("batch", worker_module.Worker, "_process"),
-    ("batch", worker_module.Worker, "_finish_in_flight"),  # the last batch's settle and store write, when idle
-    ("plan", worker_module.Worker, "_plan"),
-    ("plan: parse ids", worker_module, "extract_ids"),
-    ("plan: pack ids", worker_module, "encode_ids"),
+    ("collect", Pipeline, "collect"),
+    ("batch", Pipeline, "process"),
+    ("batch", Pipeline, "finish_in_flight"),  # the last batch's settle and store write, when idle
+    ("plan", Pipeline, "plan"),
+    ("plan: parse ids", plan_module, "extract_ids"),
+    ("plan: pack ids", plan_module, "encode_ids"),
     ("plan: store lookups", DedupStore, "contains_keys"),
     ("plan: store lookups: id filter", IdFilter, "group_masks"),
     ("plan: store lookups: id filter read back (a store's first lookup)", FilterKeeper, "_read_back"),
-    ("transaction", worker_module.Worker, "_publish"),
-    ("transaction: produce", worker_module.Worker, "_produce_batch"),
-    ("transaction: wait for offsets", worker_module.Worker, "_offsets_outcome"),
-    ("wait for the commit", worker_module.Worker, "_settle"),
+    ("transaction", TransactionalPublisher, "publish"),
+    ("transaction: produce", TransactionalPublisher, "_produce_batch"),
+    ("transaction: wait for offsets", TransactionalPublisher, "_offsets_outcome"),
+    ("wait for the commit", TransactionalPublisher, "settle"),
     ("store write", DedupStore, "record"),
     ("store write: id filter", FilterKeeper, "add"),
     ("store write: id filter saved", FilterKeeper, "save_if_due"),
-    ("aging", worker_module.Worker, "_age"),
-    ("recovery", worker_module.Worker, "_recover"),
+    ("aging", Partitions, "age"),
+    ("recovery", Recovery, "recover"),
 ]
 # what each row is part of: its parent's "rest" is the parent's time less its children's
 PARENT = {
@@ -145,7 +150,7 @@ class StageTimers:
             # it, or one that found nothing (the idle end), is outside it
             counted = stage != "collect" or args[0].summary.first_consumed_at is not None
             # an idle loop's finish with no batch committing is not a batch
-            counted = counted and (call.__name__ != "_finish_in_flight" or args[0]._in_flight is not None)
+            counted = counted and (call.__name__ != "finish_in_flight" or args[0].in_flight is not None)
             started = time.perf_counter()
             result = call(*args, **kwargs)
             if counted and (stage != "collect" or result):
@@ -173,7 +178,7 @@ def worker_run(kafka: KafkaConfig, data_dir: Path, output: str, name: str) -> di
     timers = StageTimers()
     timers.install()
     try:
-        summary = worker_module.Worker(config).run(exit_on_idle_s=3)
+        summary = Worker(config).run(exit_on_idle_s=3)
     finally:
         timers.remove()
     return {
