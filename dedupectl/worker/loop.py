@@ -43,6 +43,7 @@ from dedupectl.worker.recovery import Recovery
 from dedupectl.worker.summary import RunSummary
 from reconcile.kafka import partition_counts
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
+from store.codec import StoreState
 from store.damage import translated
 from store.memory import limit_heap_retention, release_free_memory
 
@@ -260,7 +261,7 @@ class Worker:
         self._start_clients(covered, commit_requested=lost.commit_requested)
         self._partitions.write_status()
 
-    def _start_clients(self, covered, *, commit_requested: bool = False) -> None:
+    def _start_clients(self, covered: dict[int, StoreState], *, commit_requested: bool = False) -> None:
         """A new producer and consumer; the consumer joins the group once what the earlier producer may have left
         open is aborted (``Recovery.sweep``)."""
         self._clients.start()
