@@ -12,9 +12,9 @@ import threading
 import pytest
 from waiting import wait_for
 
-from dedupectl import worker as worker_module
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker import Worker
+from dedupectl.worker import loop as worker_module
 from store.aging import advance_cut
 from store.dedup_store import DedupStore
 from store.footprint import ids_files

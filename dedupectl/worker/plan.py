@@ -1,0 +1,112 @@
+"""The dedup decision for one partition's share of a batch, from plain values: which records are published,
+which are dropped as duplicates, which go to the dead-letter topic and why.
+
+A record is published when it has a usable id that neither the store holds nor an earlier record of the same
+batch carries (the first occurrence wins); ``seen`` are ids held as if recorded (the batch still committing).
+No Kafka client and no worker is needed: the store is anything that answers ``contains_keys``. The lists are
+parallel and the hot loops C-level map/zip over them, not per-record objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from itertools import compress
+from operator import not_, or_
+from typing import Protocol
+
+from dedupectl.messages import DeadLetter, extract_ids
+from store import clock
+from store.codec import encode_ids
+
+
+class HeldKeys(Protocol):
+    """What a plan asks of a store (``DedupStore`` is one): whether it holds each of these keys."""
+
+    def contains_keys(self, keys: list[bytes]) -> list[bool]: ...
+
+
+class Verdict(StrEnum):
+    PUBLISH = "publish"
+    DUPLICATE = "duplicate"
+    DEAD_LETTER = "dead-letter"
+
+
+@dataclass(frozen=True)
+class Records:
+    """One partition's share of a batch as parallel lists, in input order."""
+
+    keys: Sequence[bytes | None]  # the record keys: the messageId unless the value carries it
+    values: Sequence[bytes | None]
+    offsets: Sequence[int]  # input offsets
+    timestamps_ms: Sequence[int]  # record timestamps; 0 or below when the record has none
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a partition's share of a batch becomes. The records to publish are parallel lists, in input order."""
+
+    partition: int
+    positions: list[int]  # of the records to publish, in the input
+    ids: list[bytes]  # their messageIds
+    keys: list[bytes]  # the same ids as store keys (encoded once, for the lookup and for record)
+    values: list[bytes | None]
+    timestamps_ms: list[int]  # a record without a usable timestamp has the time it was planned
+    dead: list[tuple[int, DeadLetter]]  # position in the input and reason of each dead letter
+    consumed: int
+    duplicates: int
+    next_input_offset: int
+
+    def verdicts(self) -> list[Verdict]:
+        """Each input record's fate, in input order."""
+        verdicts = [Verdict.DUPLICATE] * self.consumed
+        for position in self.positions:
+            verdicts[position] = Verdict.PUBLISH
+        for position, _ in self.dead:
+            verdicts[position] = Verdict.DEAD_LETTER
+        return verdicts
+
+
+def plan(
+    partition: int,
+    records: Records,
+    store: HeldKeys,
+    *,
+    value_format: str,
+    id_field: str,
+    seen: Collection[bytes] | None = None,
+    now_ms: Callable[[], int] = clock.now_ms,
+) -> Plan:
+    """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing)."""
+    ids, dead = extract_ids(records.keys, records.values, value_format, id_field)
+    # where each id first occurs (built from the end, so earlier positions overwrite later ones): a
+    # repeat inside the batch is a duplicate, and the first occurrence is the one published
+    first_at = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
+    first_at.pop(None, None)  # dead letters
+    positions = sorted(first_at.values())
+    candidates = list(map(ids.__getitem__, positions))
+    store_keys = encode_ids(candidates)
+    held = store.contains_keys(store_keys)
+    if seen:
+        held = list(map(or_, held, map(seen.__contains__, store_keys)))
+    absent = list(map(not_, held))
+    positions = list(compress(positions, absent))
+    timestamps = list(map(records.timestamps_ms.__getitem__, positions))
+    if timestamps and min(timestamps) <= 0:  # no usable record timestamp: the time it was seen
+        planned_ms = now_ms()
+        timestamps = [timestamp if timestamp > 0 else planned_ms for timestamp in timestamps]
+    consumed = len(records.offsets)
+    return Plan(
+        partition=partition,
+        positions=positions,
+        ids=list(compress(candidates, absent)),
+        keys=list(compress(store_keys, absent)),
+        values=list(map(records.values.__getitem__, positions)),
+        timestamps_ms=timestamps,
+        dead=dead,
+        consumed=consumed,
+        duplicates=consumed - len(dead) - len(positions),
+        # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
+        next_input_offset=max(records.offsets) + 1,
+    )

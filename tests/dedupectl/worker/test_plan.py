@@ -1,0 +1,131 @@
+"""The dedup decision from plain values, against a real store in a temp directory: no broker, no worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from dedupectl.messages import DeadLetterReason
+from dedupectl.worker.plan import Records, Verdict, plan
+from store.codec import encode_ids
+from store.dedup_store import DedupStore
+
+NOW_MS = 1_700_000_000_000
+
+
+def ajs(n: int) -> bytes:
+    return f"ajs-{n:032x}".encode()
+
+
+def records(*pairs: tuple[bytes | None, bytes | None], first_offset: int = 100, timestamp_ms: int = 5) -> Records:
+    keys, values = [key for key, _ in pairs], [value for _, value in pairs]
+    offsets = list(range(first_offset, first_offset + len(pairs)))
+    return Records(keys=keys, values=values, offsets=offsets, timestamps_ms=[timestamp_ms] * len(pairs))
+
+
+def event(n: int) -> tuple[bytes, bytes]:
+    return ajs(n), b'{"messageId": "%s", "n": %d}' % (ajs(n), n)
+
+
+@pytest.fixture
+def store(tmp_path):
+    with DedupStore.open(tmp_path / "store", topic="in", partition=3) as opened:
+        yield opened
+
+
+def decide(batch: Records, store, **options):
+    return plan(3, batch, store, value_format="json", id_field="messageId", now_ms=lambda: NOW_MS, **options)
+
+
+def test_new_ids_are_published_in_input_order(store):
+    decided = decide(records(event(1), event(2), event(3)), store)
+    assert decided.ids == [ajs(1), ajs(2), ajs(3)]
+    assert decided.positions == [0, 1, 2]
+    assert decided.keys == encode_ids(decided.ids)
+    assert decided.values == [event(n)[1] for n in (1, 2, 3)]
+    assert decided.timestamps_ms == [5, 5, 5]
+    assert (decided.consumed, decided.duplicates, decided.dead) == (3, 0, [])
+    assert decided.partition == 3
+    assert decided.next_input_offset == 103
+
+
+def test_a_repeat_inside_the_batch_is_a_duplicate_and_the_first_is_published(store):
+    first, again = event(1), (ajs(1), b'{"n": "the retry"}')
+    decided = decide(records(first, event(2), again, event(2)), store)
+    assert decided.ids == [ajs(1), ajs(2)]
+    assert decided.values == [first[1], event(2)[1]]
+    assert decided.verdicts() == [Verdict.PUBLISH, Verdict.PUBLISH, Verdict.DUPLICATE, Verdict.DUPLICATE]
+    assert decided.duplicates == 2
+
+
+def test_ids_the_store_holds_are_duplicates(store):
+    store.record([ajs(1), ajs(3)], [1, 1])
+    decided = decide(records(event(1), event(2), event(3), event(4)), store)
+    assert decided.ids == [ajs(2), ajs(4)]
+    assert decided.positions == [1, 3]
+    assert decided.verdicts() == [Verdict.DUPLICATE, Verdict.PUBLISH, Verdict.DUPLICATE, Verdict.PUBLISH]
+
+
+def test_ids_of_the_batch_committing_count_as_held(store):
+    committing = frozenset(encode_ids([ajs(2)]))
+    decided = decide(records(event(1), event(2)), store, seen=committing)
+    assert decided.ids == [ajs(1)]
+    assert decided.duplicates == 1
+
+
+def test_unusable_records_go_to_the_dead_letter_topic_with_their_reason(store):
+    batch = records(
+        event(1),
+        (None, b"not json"),
+        (None, b"[1, 2]"),
+        (None, b'{"n": 1}'),
+        (None, b'{"messageId": "  "}'),
+        (None, b'{"messageId": 7}'),
+        (b"x" * 10_000, b"{}"),
+        (None, None),
+    )
+    decided = decide(batch, store)
+    reasons = {position: reason.reason for position, reason in decided.dead}
+    assert reasons == {
+        1: DeadLetterReason.UNPARSEABLE,
+        2: DeadLetterReason.NOT_AN_OBJECT,
+        3: DeadLetterReason.MISSING_ID,
+        4: DeadLetterReason.EMPTY_ID,
+        5: DeadLetterReason.INVALID_ID,
+        6: DeadLetterReason.ID_TOO_LONG,
+        7: DeadLetterReason.UNPARSEABLE,
+    }
+    assert decided.ids == [ajs(1)]
+    assert decided.verdicts() == [Verdict.PUBLISH, *[Verdict.DEAD_LETTER] * 7]
+    assert (decided.consumed, decided.duplicates) == (8, 0)
+
+
+def test_an_id_from_the_value_when_the_record_has_no_key(store):
+    decided = decide(records((None, b'{"messageId": "order-7"}'), (b"order-7", b"{}")), store)
+    assert decided.ids == [b"order-7"]
+    assert decided.duplicates == 1
+
+
+def test_raw_values_take_the_id_from_the_key(store):
+    batch = records((b"a", b"\xff raw"), (None, b"raw"), (b"a", b""))
+    decided = plan(0, batch, store, value_format="raw", id_field="messageId")
+    assert decided.ids == [b"a"]
+    assert decided.verdicts() == [Verdict.PUBLISH, Verdict.DEAD_LETTER, Verdict.DUPLICATE]
+    assert decided.dead[0][1].reason is DeadLetterReason.MISSING_ID
+
+
+def test_a_record_without_a_timestamp_gets_the_time_it_was_planned(store):
+    batch = Records(keys=[ajs(1), ajs(2)], values=[b"{}", b"{}"], offsets=[7, 8], timestamps_ms=[-1, 42])
+    assert decide(batch, store).timestamps_ms == [NOW_MS, 42]
+
+
+def test_the_furthest_offset_read_is_covered_even_out_of_order(store):
+    batch = Records(keys=[ajs(1), ajs(2)], values=[b"{}", b"{}"], offsets=[20, 9], timestamps_ms=[1, 1])
+    assert decide(batch, store).next_input_offset == 21
+
+
+def test_a_batch_of_only_duplicates_and_dead_letters_publishes_nothing(store):
+    store.record([ajs(1)], [1])
+    decided = decide(records(event(1), (None, b"nope")), store)
+    assert (decided.ids, decided.keys, decided.values, decided.timestamps_ms) == ([], [], [], [])
+    assert decided.verdicts() == [Verdict.DUPLICATE, Verdict.DEAD_LETTER]
+    assert decided.next_input_offset == 102
