@@ -1,7 +1,7 @@
 """Sequence numbers of output ids in a store, looked up a large group at a time, one group ahead, in a thread.
 
 **by digests first.** A healthy stretch of output is the store's ids in sequence order: the worker publishes
-a batch and records it, with a digest of each 512 of its keys (``store.codec.batch_digests``, kept with the
+a batch and records it, with a digest of each 512 of its keys (``store.times_codec.batch_digests``, kept with the
 batch's record). So a group is first checked against those digests: the first id's number says
 where the group starts, each 512-id chunk the group covers whole must have the digest of the group's keys
 at its places, the chunks covered in part at the group's two edges are looked up id by id, and so is every

@@ -8,19 +8,11 @@ from collections.abc import Callable, Sequence
 
 from rocksdict import WriteBatch
 
-from store.codec import (
-    META_STATE,
-    StoreState,
-    batch_digests,
-    encode_ids,
-    encode_seq,
-    encode_seq_values,
-    encode_state,
-    encode_times,
-)
+from store.codec import META_STATE, StoreState, encode_ids, encode_seq, encode_seq_values, encode_state
 from store.database import Database
 from store.filter_keeper import FilterKeeper
 from store.generation_keeper import GenerationKeeper
+from store.times_codec import batch_digests, encode_times
 
 
 class BatchWriter:

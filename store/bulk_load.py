@@ -36,22 +36,11 @@ from pathlib import Path
 import numpy as np
 from rocksdict import Cache, IngestExternalFileOptions, Rdict, SstFileWriter
 
-from store.codec import (
-    CF_TIMES,
-    DELTA_WIDTHS,
-    StoreState,
-    batch_digests,
-    batch_digests_joined,
-    encode_fixed_ids_end_to_end,
-    encode_ids,
-    encode_offsets,
-    encode_seq,
-    pack_times,
-    seq_width,
-)
+from store.codec import CF_TIMES, StoreState, encode_fixed_ids_end_to_end, encode_ids, encode_seq, seq_width
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
 from store.options import generation_options, store_options
+from store.times_codec import DELTA_WIDTHS, batch_digests, batch_digests_joined, encode_offsets, pack_times
 
 # A bulk load is the critical path of restoring capacity: its files use zstd's fastest level, not the ids
 # families' high one (a generation of several files is rewritten at that one when it is compacted).
@@ -242,7 +231,7 @@ def _ids_file_writer(path: Path) -> SstFileWriter:
 
 
 def _times_value(stamps: np.ndarray, digests: bytes, offsets: list[int] | None = None) -> bytes:
-    """``codec.encode_times(stamps, digests, offsets)``, its deltas computed and packed as one array."""
+    """``times_codec.encode_times(stamps, digests, offsets)``, its deltas computed and packed as one array."""
     stamps = np.maximum(stamps, 0)  # a negative timestamp is read as 0
     deltas = np.diff(stamps)
     packed_offsets = None if offsets is None else encode_offsets(offsets)

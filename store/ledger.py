@@ -7,13 +7,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 from rocksdict import WriteBatch
 
-from store.codec import (
+from store.codec import StoreState, decode_seq, encode_seq
+from store.damage import check_ended, damaged
+from store.database import Database
+from store.times_codec import (
     DIGEST_BYTES,
     DIGEST_CHUNK,
-    StoreState,
     chunk_digest,
-    decode_seq,
-    encode_seq,
     times_at,
     times_count,
     times_digests,
@@ -21,8 +21,6 @@ from store.codec import (
     times_offsets,
     without_digests,
 )
-from store.damage import check_ended, damaged
-from store.database import Database
 
 
 class Ledger:

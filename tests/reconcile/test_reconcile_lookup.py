@@ -8,9 +8,10 @@ from dataclasses import replace
 
 from reconcile import lookup
 from reconcile.lookup import SPOT_CHECK_STRIDE, Prefetcher, look_up, look_up_group, run_by_digests
-from store.codec import DIGEST_CHUNK, decode_id, encode_ids
+from store.codec import decode_id, encode_ids
 from store.dedup_store import DedupStore
 from store.testing import lose_ids
+from store.times_codec import DIGEST_CHUNK
 
 
 def test_runs_absences_and_reorderings(tmp_path):

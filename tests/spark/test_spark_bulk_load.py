@@ -12,9 +12,10 @@ import pytest
 from dedupectl.errors import StoreCorruptError
 from store.aging import AgingPolicy, age_step
 from store.bulk_load import LoadLayout, _times_value, ingest, write_bucket
-from store.codec import CF_TIMES, StoreState, batch_digests, encode_ids, encode_times
+from store.codec import CF_TIMES, StoreState, encode_ids
 from store.dedup_store import DedupStore
 from store.footprint import ids_files
+from store.times_codec import batch_digests, encode_times
 
 LAYOUT = LoadLayout(batch_ids=50, bucket_ids=200)
 

@@ -10,19 +10,21 @@ import pytest
 
 from store.codec import (
     AJS_PREFIX,
-    DIGEST_BYTES,
-    DIGEST_CHUNK,
     ENCODE_BLOCK,
-    batch_digests,
-    batch_digests_joined,
-    chunk_digest,
     decode_id,
     decode_seq_value,
-    decode_times,
     encode_fixed_ids_end_to_end,
     encode_id,
     encode_ids,
     encode_seq_values,
+)
+from store.times_codec import (
+    DIGEST_BYTES,
+    DIGEST_CHUNK,
+    batch_digests,
+    batch_digests_joined,
+    chunk_digest,
+    decode_times,
     encode_times,
     times_at,
     times_count,

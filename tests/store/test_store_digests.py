@@ -9,18 +9,11 @@ import pytest
 from rocksdict import Rdict
 
 from store import generations
-from store.codec import (
-    CF_META,
-    CF_TIMES,
-    META_IDENTITY,
-    batch_digests,
-    decode_seq,
-    encode_ids,
-    times_digests,
-)
+from store.codec import CF_META, CF_TIMES, META_IDENTITY, decode_seq, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreVersionError
 from store.options import store_options
+from store.times_codec import batch_digests, times_digests
 
 
 def _ids(start: int, stop: int) -> list[bytes]:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from store.aging import advance_cut
-from store.codec import (
+from store.dedup_store import DedupStore
+from store.times_codec import (
     decode_times,
     digest_count,
     encode_times,
@@ -17,7 +18,6 @@ from store.codec import (
     times_offsets,
     without_digests,
 )
-from store.dedup_store import DedupStore
 
 BASE_MS = 1_700_000_000_000
 
