@@ -507,14 +507,17 @@ class DedupStore:
             generation.family.flush(True)
         self._database.flush()
 
-    def close(self) -> None:
+    def close(self) -> OSError | None:
+        """Close the store; a writer's returns the error of a write it owed and could not make (its id filter's
+        save: the next open reads more ids back, never answers wrong), None when everything was written."""
         if self._closed:
-            return
+            return None
+        unsaved = None
         try:
             if self.writable:
                 self._keeper.stop_arrays()
                 self.wait_for_seals()
-                self._filters.save_at_close()
+                unsaved = self._filters.save_at_close()
             self._filters.close()
             self._order.close()
             self._keeper.close_families()  # RocksDB stays open (and locked) while any family is alive
@@ -526,6 +529,7 @@ class DedupStore:
             if self._secondary_dir is not None and self._closed:
                 self._secondary_dir.cleanup()
                 self._secondary_dir = None
+        return unsaved
 
     def __enter__(self) -> DedupStore:
         return self

@@ -149,21 +149,22 @@ class FilterKeeper:
         self._saving = threading.Thread(target=run, name="save-id-filter", daemon=True)
         self._saving.start()
 
-    def save_at_close(self) -> None:
-        """Without a filter (a store no lookup asked), a file saved earlier stays: its token still says whether
-        it can be used, brought up to date."""
+    def save_at_close(self) -> OSError | None:
+        """Save the filter; the error if it could not be written. Without a filter (a store no lookup asked), a
+        file saved earlier stays: its token still says whether it can be used, brought up to date."""
         self.wait_for_save()
         if self.current is None:
-            return
+            return None
         stamp = self._new_stamp()
         try:
             self._store.sync_log()
             filters.save(self.current, self._store.path / FILTER_FILE, stamp)
         except OSError as error:  # the next open reads back more ids: slower, never wrong
             log.warning("could not save the id filter of %s: %s", self._store.path, error)
-            return
+            return error
         self._store.name_saved(stamp.token)
         self._named = stamp
+        return None
 
     def wait_for_save(self, timeout_s: float | None = None) -> bool:
         """Wait until a save being synced is named; False if ``timeout_s`` ran out first."""

@@ -40,6 +40,7 @@ from dedupectl.worker.partitions import Partitions
 from dedupectl.worker.pipeline import Pipeline
 from dedupectl.worker.publisher import TransactionalPublisher
 from dedupectl.worker.recovery import Recovery
+from dedupectl.worker.signals import StopRequest
 from dedupectl.worker.summary import RunSummary
 from reconcile.kafka import partition_counts
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
@@ -96,6 +97,8 @@ class Worker:
         on_progress: Callable[[RunSummary], None] | None = None,
     ) -> RunSummary:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
+        if isinstance(stop, StopRequest):  # a signal's stop waits only for work in hand
+            stop.busy = self._busy
         # a full or read-only volume, or a damaged store file, is the operator's, not a bug
         with data_dir_faults(self.config.data_dir), translated():
             return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
@@ -137,6 +140,8 @@ class Worker:
         finally:
             self._shutdown()
             gc.unfreeze()  # a worker run inside a longer-lived process (tests, benchmarks) leaves it as it was
+        if self._partitions.close_failures:  # a stop is done only once it wrote what it owed (run: exit 74)
+            raise self._partitions.close_failures[0]
         return self.summary
 
     def _loop(
@@ -175,6 +180,10 @@ class Worker:
             pipeline.finish_in_flight()
         except ClientsLost as lost:  # stopping: the next start's recovery settles it, as after a crash
             log.warning("the last transaction's outcome is unknown (%s): the next start recovers it", lost)
+
+    def _busy(self) -> bool:
+        """Whether a stop has work in hand to wait for: a transaction, a store being closed, a snapshot."""
+        return self._publisher.open or self._partitions.closing or not self._snapshots.wait(0)
 
     def _idle_for(self, now: float, started: float) -> float:
         """Seconds without input since the last batch or assignment; before any assignment the clock only

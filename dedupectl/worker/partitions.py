@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from dedupectl.config import WorkerConfig
-from dedupectl.data_dir_faults import is_storage_io_error
+from dedupectl.data_dir_faults import data_dir_fault, is_storage_io_error
 from dedupectl.errors import DedupeError
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.summary import RunSummary
@@ -46,6 +46,8 @@ class Partitions:
         self._status_path = status_path(config.data_dir, config.worker_id)
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
+        self.close_failures: list[BaseException] = []  # writes a stop owed and could not make
+        self.closing = False  # a store being closed (its filter saved): a stop waits for it
 
     def get(self, number: int) -> Partition | None:
         return self._held.get(number)
@@ -106,14 +108,20 @@ class Partitions:
             self._close_store(self._held.pop(number).store, closing=True)
 
     def _close_store(self, store: DedupStore, *, closing: bool) -> None:
+        self.closing = True
         try:
-            store.close()
+            unsaved = store.close()
         except Exception as error:
-            # at shutdown a failed volume must not cut the rest short: what ended the run is reported already,
-            # and the store's next open replays its log
+            # at shutdown a failed volume must not cut the rest short: the store's next open replays its log
             if not (closing and is_storage_io_error(error)):
                 raise
             log.warning("store %s was not closed cleanly (%s): its next open recovers it", store.path, error)
+            unsaved = error
+        finally:
+            self.closing = False
+        # a full or failed volume is the operator's to hear about (exit 74), though the next open needs nothing
+        if closing and unsaved is not None and data_dir_fault(unsaved, self.config.data_dir) is not None:
+            self.close_failures.append(unsaved)
 
     def write_status(self) -> None:
         config = self.config

@@ -158,6 +158,7 @@ class Pipeline:
         if in_flight is not None and wait_s is not None:
             with suppress(Exception):
                 in_flight.committed.exception(timeout=wait_s)
+        self._publisher.open = False  # its outcome is the next recovery's (or the next producer's) to settle
 
     def _record(self, in_flight: InFlight, done: CommitDone) -> None:
         """Record a committed batch's ids in the stores of its partitions, then age them."""

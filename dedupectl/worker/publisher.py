@@ -88,6 +88,7 @@ class TransactionalPublisher:
         self._crashpoint = crashpoint
         self._transaction_began = 0.0
         self.commit_requested = False  # whether the transaction in hand has asked its coordinator to commit
+        self.open = False  # a transaction begun and not yet committed or aborted: a stop waits for it
 
     def publish(self, batch: list[Outgoing], planned_at: float) -> InFlight | None:
         """Begin a transaction, produce the batch and send its input offsets, then commit on a thread of its own;
@@ -108,6 +109,7 @@ class TransactionalPublisher:
                 spans[message.partition()] = (min(first, offset), max(last, offset))
 
         try:
+            self.open = True
             producer.begin_transaction()
             self._transaction_began = time.monotonic()
             self.commit_requested = False
@@ -131,7 +133,10 @@ class TransactionalPublisher:
             if sent_error is not None:
                 raise sent_error
         except KafkaException as error:
-            self._transaction_failed(error, denied)
+            try:
+                self._transaction_failed(error, denied)
+            finally:
+                self.open = False
             return None
         self.commit_requested = True
         return InFlight(
@@ -148,8 +153,12 @@ class TransactionalPublisher:
         try:
             done: CommitDone = in_flight.committed.result()
         except KafkaException as error:
-            self._transaction_failed(error, in_flight.denied)
+            try:
+                self._transaction_failed(error, in_flight.denied)
+            finally:
+                self.open = False
             return None
+        self.open = False
         self.summary.commits += 1
         self.summary.last_committed_at = done.monotonic
         self.metrics.last_commit.set(done.wall_ms / 1000)

@@ -135,3 +135,28 @@ def test_a_volume_turned_read_only_is_refused_in_one_line_and_a_restart_resumes(
     assert code == 0, "\n".join(lines[-30:])
     expected = {record.key for record in records if record.kind == "new"}
     assert check_output(pipeline.kafka, pipeline.output_topic, expected).exactly_once
+
+
+def test_a_stop_that_cannot_write_what_it_owes_exits_74_and_a_restart_resumes(make_pipeline, volume):
+    # the disk fills while the worker idles; its stop then cannot save the id filter it owes
+    pipeline = make_pipeline(partitions=1)
+    records = list(generate(SampleSpec(4_000, duplicate_ratio=0.05, seed=13)))
+    expected = {record.key for record in records if record.kind == "new"}
+    pipeline.produce((record.key, record.value) for record in records)
+    data_dir = volume.path / "data"
+    worker = pipeline.spawn_worker("w1", data_dir, *SMALL_BOUND, wrap=volume.wrap)
+    try:
+        wait_for(lambda: output_end_offsets(pipeline) >= len(expected), 90, "the worker to publish everything")
+        volume.fill()
+        worker.send_signal(signal.SIGTERM)
+        code, lines = finish(worker)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert_one_line_disk_error(code, lines, data_dir, "is out of space")
+
+    volume.free()
+    code, lines = finish(pipeline.spawn_worker("w1", data_dir, "--exit-on-idle", "4", *SMALL_BOUND, wrap=volume.wrap))
+    assert code == 0, "\n".join(lines[-30:])
+    assert check_output(pipeline.kafka, pipeline.output_topic, expected).exactly_once
