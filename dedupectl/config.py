@@ -28,11 +28,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconcile.kafka import KafkaConfig
 from store.errors import ConfigError
 from store.sizes import parse_duration
+
+if TYPE_CHECKING:
+    from reconcile.kafka import KafkaConfig
+
+
+def __getattr__(name: str) -> Any:
+    # KafkaConfig's module loads confluent_kafka: imported on first use, so the CLI's --help never pays for it
+    if name == "KafkaConfig":
+        from reconcile.kafka import KafkaConfig
+
+        return KafkaConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
@@ -256,6 +268,8 @@ def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
             "no Kafka bootstrap servers given",
             "pass --bootstrap-servers, set DEDUPECTL_BOOTSTRAP_SERVERS, or bootstrap_servers in the config file",
         )
+    from reconcile.kafka import KafkaConfig
+
     timeout = fields.get("timeout_s")
     timeout = 15.0 if timeout is None else timeout
     if timeout <= 0:

@@ -11,7 +11,9 @@ import typer
 
 from dedupectl.config import DEFAULT_DATA_DIR
 from dedupectl.errors import ConfigError
-from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
+
+# snapshots.backends.aws's S3_ENDPOINT_ENV, named here: importing that package loads boto3 for every command
+S3_ENDPOINT_ENV = "DEDUPECTL_S3_ENDPOINT_URL"
 
 DATA_DIR_ENV = "DEDUPECTL_DATA_DIR"
 # DEDUPECTL_* variables the CLI reads itself: the worker's config, which refuses names it does not know, never sees them
@@ -91,6 +93,8 @@ PartitionsOption = typer.Option(None, "--partition", "-p", help="A partition (re
 
 def _endpoint(value: str | None) -> str | None:
     # an option's error, not boto3's ValueError at the first call (which would surface as a bug, exit 70)
+    from snapshots.backends.aws import check_endpoint_url
+
     return None if value is None else check_endpoint_url(value, "--endpoint-url")
 
 

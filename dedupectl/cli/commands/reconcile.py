@@ -22,11 +22,10 @@ from dedupectl.cli.output import console, print_error, print_json, print_table
 from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
-from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
-from reconcile.gaps import describe as describe_gap
 from reconcile.ranges import FORMS, parse_bound
 from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
-from reconcile.runner import ReconcileRequest, run_reconcile
+
+# reconcile.runner and reconcile.gaps load Kafka and RocksDB: imported when the command runs, not for --help
 
 
 def reconcile(
@@ -68,6 +67,8 @@ def reconcile(
 
     Example: dedupectl reconcile -c dedupectl.toml --all --from 2h --jobs 2
     """
+    from reconcile.runner import ReconcileRequest, run_reconcile
+
     setup_logging(log_level)
     if bool(partition) == all_partitions:
         raise ConfigError("give --partition P (repeatable) or --all", "for example: dedupectl reconcile -p 0 -c …")
@@ -204,6 +205,9 @@ def _notes(p: PartitionReport) -> list[str]:
 
 
 def _print_output_gaps(report: ReconcileReport) -> None:
+    from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
+    from reconcile.gaps import describe as describe_gap
+
     for p in report.partitions:
         if p.output_gap is not None:
             console.print(

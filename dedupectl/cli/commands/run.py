@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -26,8 +27,9 @@ from dedupectl.cli.options import (
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.metrics import WorkerMetrics, peak_rss_bytes
-from dedupectl.worker import RunSummary, Worker, stop_on_signals
+
+if TYPE_CHECKING:
+    from dedupectl.worker import RunSummary
 
 log = logging.getLogger("dedupectl.run")
 
@@ -94,6 +96,10 @@ def run(
 
     Example: dedupectl run -b 127.0.0.1:9092 -i events -o events-deduped -d /var/lib/dedupectl
     """
+    # the worker and its metrics load Kafka, RocksDB and Prometheus: only when a worker runs
+    from dedupectl.metrics import WorkerMetrics
+    from dedupectl.worker import Worker, stop_on_signals
+
     setup_logging(log_level)
     worker_config = resolve_worker_config(
         config,
@@ -152,6 +158,8 @@ def _progress_logger():
 
 
 def _render(summary: RunSummary, json_output: bool) -> None:
+    from dedupectl.metrics import peak_rss_bytes
+
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
     figures = {
         "consumed": summary.consumed,

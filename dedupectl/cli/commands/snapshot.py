@@ -20,11 +20,9 @@ from dedupectl.cli.options import (
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import transfers
 from dedupectl.errors import ConfigError
-from snapshots.backends import AwsOptions
-from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
-from snapshots.create import create_snapshots
-from snapshots.restore import restore_snapshot, restore_volume
 from store.sizes import format_duration, format_size, parse_duration
+
+# snapshots.* load boto3 and RocksDB: each command imports what it uses when it runs, not for --help
 
 snapshot_app = typer.Typer(
     help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
@@ -61,6 +59,9 @@ def create(
 
     Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.create import create_snapshots
+
     with json_errors(json_output), transfers() as progress:
         if bool(partition) == all_partitions:
             raise ConfigError(
@@ -112,6 +113,9 @@ def list_(
 
     Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import empty_location_note, list_snapshots
+
     aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     with json_errors(json_output):
         infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=aws)
@@ -166,6 +170,9 @@ def verify(
 
     Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import require_ok, verify_snapshot
+
     with json_errors(json_output), transfers() as progress:
         report = verify_snapshot(
             source,
@@ -212,6 +219,9 @@ def restore(
 
     Example: dedupectl snapshot restore events-3-20260101T120000.000Z --from s3://backups/dedupectl -d /data
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.restore import restore_snapshot, restore_volume
+
     aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     if availability_zone is not None:
         with json_errors(json_output):
@@ -278,6 +288,9 @@ def prune(
 
     Example: dedupectl snapshot prune --from s3://backups/dedupectl --keep 24 --older-than 7d
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import prune_snapshots
+
     with json_errors(json_output):
         result = prune_snapshots(
             source,

@@ -18,7 +18,6 @@ from dedupectl.cli.options import (
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.kafka_clients import create_topics
 
 topics_app = typer.Typer(help="Create the topics a worker needs.", no_args_is_help=True)
 
@@ -39,6 +38,8 @@ def create(
 
     Example: dedupectl topics create -b 127.0.0.1:9092 -i events -o events-deduped -p 8
     """
+    from dedupectl.kafka_clients import create_topics  # loads confluent_kafka: only when topics are made
+
     worker_config = resolve_worker_config(
         config,
         flags={

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -23,18 +24,11 @@ from dedupectl.cli.options import (
 )
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.trace import (
-    DEAD_LETTERED,
-    DUPLICATE,
-    NOT_CONSUMED,
-    PUBLISHED,
-    Occurrence,
-    TraceReport,
-    TraceRequest,
-    trace_message,
-)
 from reconcile.ranges import FORMS, parse_bound
 from store.sizes import format_duration
+
+if TYPE_CHECKING:  # dedupectl.trace loads Kafka and RocksDB: imported when the command runs, not for --help
+    from dedupectl.trace import Occurrence, TraceReport
 
 
 def trace(
@@ -82,6 +76,8 @@ def trace(
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
+    from dedupectl.trace import TraceRequest, trace_message
+
     request = TraceRequest(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
@@ -115,6 +111,8 @@ def _when(timestamp_ms: int | None) -> str:
 
 
 def _what(o: Occurrence) -> str:
+    from dedupectl.trace import DEAD_LETTERED, DUPLICATE, NOT_CONSUMED, PUBLISHED
+
     if o.outcome == PUBLISHED:
         return f"published at output offset {o.output_offset}"
     if o.outcome == DUPLICATE:
