@@ -9,15 +9,14 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import status_line
 from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker, ensure_kafka_libs
 
-dev_app = typer.Typer(
-    help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True
-)
-broker_app = typer.Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
+dev_app = Typer(help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True)
+broker_app = Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
 dev_app.add_typer(broker_app, name="broker")
 
 StateDirOption = typer.Option(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import (
     DataDirOption,
@@ -24,9 +25,7 @@ from store.sizes import format_duration, format_size, parse_duration
 
 # snapshots.* load boto3 and RocksDB: each command imports what it uses when it runs, not for --help
 
-snapshot_app = typer.Typer(
-    help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
-)
+snapshot_app = Typer(help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True)
 
 FromOption = typer.Option(
     None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."

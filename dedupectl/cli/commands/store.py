@@ -444,7 +444,7 @@ def compactions(
 
 
 def lookup(
-    ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID..."),
+    ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID"),
     data_dir: Path = DataDirOption,
     topic: str | None = StoreTopicOption,
     partition: list[int] | None = PartitionsOption,

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.options import (
     BootstrapOption,
     ConfigOption,
@@ -19,7 +20,7 @@ from dedupectl.cli.options import (
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
 
-topics_app = typer.Typer(help="Create the topics a worker needs.", no_args_is_help=True)
+topics_app = Typer(help="Create the topics a worker needs.", no_args_is_help=True)
 
 
 @topics_app.command("create")
