@@ -87,11 +87,11 @@ def test_missing_file_and_missing_required_values(tmp_path):
 
 def test_a_bad_value_is_named_as_the_operator_gave_it(tmp_path):
     # a flag by its flag, a variable by its variable, the file by its key
-    with pytest.raises(ConfigError, match="^--batch-max-messages must be positive"):
+    with pytest.raises(ConfigError, match=r"^--batch-max-messages must be positive"):
         resolve_worker_config(env={}, flags={**BASE, "batch_max_messages": 0})
-    with pytest.raises(ConfigError, match="^DEDUPECTL_MAX_KEYS must be at least 1"):
+    with pytest.raises(ConfigError, match=r"^DEDUPECTL_MAX_KEYS must be at least 1"):
         resolve_worker_config(env={"DEDUPECTL_MAX_KEYS": "0"}, flags=BASE)
-    with pytest.raises(ConfigError, match="^snapshot_keep must be at least 1"):
+    with pytest.raises(ConfigError, match=r"^snapshot_keep must be at least 1"):
         resolve_worker_config(write(tmp_path, "snapshot_every = '1h'\nsnapshot_keep = 0\n"), {}, BASE)
 
 

@@ -11,11 +11,13 @@ from dedupectl.cli.options import (
     BootstrapOption,
     ConfigDataDirOption,
     ConfigOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_error, print_json, print_table
@@ -51,7 +53,8 @@ def reconcile(
     samples: int = typer.Option(10, "--samples", help="Ids shown per kind of difference."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
@@ -65,18 +68,21 @@ def reconcile(
 
     Exit 0: in sync (or repaired); 1: differences left; 2: error.
 
-    Example: dedupectl reconcile -c dedupectl.toml --all --from 2h --jobs 2
+    Example: dedupectl reconcile -c /etc/dedupectl/dedupectl.toml --all --from 2h --jobs 2
     """
     from reconcile.runner import ReconcileRequest, run_reconcile
 
     setup_logging(log_level)
     if bool(partition) == all_partitions:
-        raise ConfigError("give --partition P (repeatable) or --all", "for example: dedupectl reconcile -p 0 -c …")
+        raise ConfigError(
+            "give --partition P (repeatable) or --all",
+            "with the worker's settings, e.g. dedupectl reconcile --all -t events -o events-deduped -d data",
+        )
     worker_config = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "data_dir": data_dir,
             "kafka": parse_kafka_settings(kafka_setting),

@@ -15,6 +15,7 @@ from dedupectl.cli.options import (
     ConfigOption,
     DeadLetterTopicOption,
     GroupIdOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
@@ -23,6 +24,7 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     ValueFormatOption,
     WorkerLogLevelOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import print_json, print_table
@@ -37,7 +39,8 @@ log = logging.getLogger("dedupectl.run")
 def run(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     group_id: str | None = GroupIdOption,
@@ -94,7 +97,7 @@ def run(
     SIGTERM or Ctrl-C finishes the batch in hand, commits it, closes the stores and exits 0; a second one, or
     --stop-timeout running out, ends the worker at once (safe: recovery covers the batch in hand).
 
-    Example: dedupectl run -b 127.0.0.1:9092 -i events -o events-deduped -d /var/lib/dedupectl
+    Example: dedupectl run -b 127.0.0.1:9092 -t events -o events-deduped -d /var/lib/dedupectl
     """
     # the worker and its metrics load Kafka, RocksDB and Prometheus: only when a worker runs
     from dedupectl.metrics import WorkerMetrics
@@ -105,7 +108,7 @@ def run(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,

@@ -17,10 +17,12 @@ from rich.text import Text
 from dedupectl.cli.options import (
     BootstrapOption,
     ConfigOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_json, print_table
@@ -60,7 +62,8 @@ def status(
     group_id: str | None = typer.Option(None, "--group-id", help="The workers' group (default: dedupectl.<input>)."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     json_output: bool = JsonOption,
@@ -74,7 +77,7 @@ def status(
     Exit 0: no partition fails; 1: a partition is REFUSED, BELOW FLOOR, has NO OWNER, its ENDPOINT DOWN or is
     STALLED; 2: error.
 
-    Example: dedupectl status -c dedupectl.toml -m worker-1:9464 -m worker-2:9464
+    Example: dedupectl status -c /etc/dedupectl/dedupectl.toml -m worker-1:9464 -m worker-2:9464
     """
     from dedupectl.fleet import DEFAULT_MAX_LAG, StatusRequest, fleet_status
 
@@ -84,7 +87,7 @@ def status(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "group_id": group_id,
             "kafka": parse_kafka_settings(kafka_setting),

@@ -24,6 +24,7 @@ from dedupectl.cli.options import (
     MaxKeysOption,
     PartitionsOption,
     StoreTopicOption,
+    given_once,
 )
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.cli.progress import status_line
@@ -157,19 +158,21 @@ def window(
     ),
     partition_count: int | None = typer.Option(
         None,
-        "--partitions",
+        "--partition-count",
         min=1,
         help="The topic's partition count: a partition below it with no store here is reported (exit 1).",
     ),
+    partitions: int | None = typer.Option(None, "--partitions", min=1, hidden=True),  # its shipped spelling
     json_output: bool = JsonOption,
 ) -> None:
     """The effective window per partition: the age of its oldest live id, with ids, ids per hour, bytes and
     sequence range.
 
-    Example: dedupectl window -d /var/lib/dedupectl --min 24h --partitions 16
+    Example: dedupectl window -d /var/lib/dedupectl --min 24h --partition-count 16
     """
     from store.window import read_windows
 
+    partition_count = given_once(partition_count, partitions, "--partition-count", "--partitions")
     floor = None if minimum is None else parse_duration(minimum, what="--min")
     refs = _refs(data_dir, topic, partition)
     infos = read_windows(refs)

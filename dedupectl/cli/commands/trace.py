@@ -15,11 +15,13 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_json, print_table
@@ -48,7 +50,8 @@ def trace(
     group_id: str | None = typer.Option(None, "--group-id", help="The workers' group (default: dedupectl.<input>)."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
@@ -61,14 +64,14 @@ def trace(
 
     Reads one partition of the input, the output and the dead-letter topic, and says how much it read.
 
-    Example: dedupectl trace 3f2a-9c1e -c dedupectl.toml --from 2h
+    Example: dedupectl trace 3f2a-9c1e -c /etc/dedupectl/dedupectl.toml --from 2h
     """
     setup_logging(log_level)
     worker = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,

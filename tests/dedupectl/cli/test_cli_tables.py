@@ -58,7 +58,7 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 def test_window_rows_are_one_line_each(data_dir: Path):
-    output = _invoke("window", "-d", str(data_dir), "--min", "12h", "--partitions", "4")
+    output = _invoke("window", "-d", str(data_dir), "--min", "12h", "--partition-count", "4")
     _assert_fits(output)
     rows = _rows(output, "effective window")
     assert [row.split()[0] for row in rows] == ["0", "1", "2", "3"], output  # one line per partition
