@@ -28,10 +28,8 @@ topics_app = Typer(help="Create the topics a worker needs.", no_args_is_help=Tru
 
 @topics_app.command("create")
 def create(
-    partition_count: int | None = typer.Option(
-        None, "--partition-count", min=1, help="Partitions of each topic (required)."
-    ),
-    partitions: int | None = typer.Option(None, "--partitions", "-p", min=1, hidden=True),  # its shipped spelling
+    partition_count: int | None = typer.Option(None, "--partition-count", help="Partitions of each topic (required)."),
+    partitions: int | None = typer.Option(None, "--partitions", "-p", hidden=True),  # its shipped spelling
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     topic: str | None = InputTopicOption,
