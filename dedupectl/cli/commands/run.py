@@ -179,7 +179,8 @@ def _render(summary: RunSummary, json_output: bool) -> None:
     if json_output:
         print_json(figures)
     else:
-        print_table("dedupectl run", ["figure", "value"], figures.items())
+        # thousands grouped, as in every other table (--json keeps plain numbers)
+        print_table("dedupectl run", ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
 
 
 def register(app: typer.Typer) -> None:

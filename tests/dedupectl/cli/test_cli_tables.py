@@ -1,8 +1,13 @@
-"""Tables for people fit an 80-column terminal or pipe: one line per row, ids whole, full values in --json."""
+"""Tables for people fit an 80-column terminal or pipe: one line per row where the table fits (ids whole),
+else one record per row; never a header, a number or an id broken inside; full values in --json. Every
+command that prints a table is run here at 80 columns (those that need Kafka through their renderers)."""
 
 from __future__ import annotations
 
 import json
+import random
+import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -90,10 +95,87 @@ def test_lookup_keeps_the_id_and_its_time_on_one_line(data_dir: Path):
     assert rows[0].rstrip().endswith("Z"), "the record time, to the minute, in UTC"
 
 
-def test_ids_too_wide_for_the_terminal_widen_the_table_instead_of_breaking(capsys, monkeypatch):
+def test_ids_too_wide_for_the_terminal_are_kept_whole_one_record_per_row(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", str(WIDTH))
     long_ids = ["x" * 60 + "-first", "y" * 60 + "-second"]
-    print_table("wide", ["id", "location", "note"], [(i, f"s3://bucket/{i}/", "folds") for i in long_ids], whole={"id"})
+    print_table("wide", ["id", "location", "note"], [(i, f"s3://b/{i[:40]}/", "kept") for i in long_ids], whole={"id"})
     output = capsys.readouterr().out
-    rows = _rows(output, "wide")
-    assert all(any(line.startswith(i + " ") for line in rows) for i in long_ids), output
+    _assert_fits(output)
+    lines = output.splitlines()
+    assert all(f"id        {i}" in lines for i in long_ids), output  # a field a line, the id whole
+
+
+def _assert_whole(output: str, *tokens: str) -> None:
+    """Each token appears unbroken (a header, a number with its separators, a size with its unit)."""
+    missing = [token for token in tokens if token not in output]
+    assert not missing, f"broken or missing: {missing}\n{output}"
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_table_fits_80_columns_and_breaks_no_word(capsys, monkeypatch, seed: int):
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    rng = random.Random(seed)
+    words = ["partition", "142,342", "1.7 MiB", "871.4 KiB", "Manual Flush", "memtable", "L0", "-", "ok", "a" * 30]
+    columns = [
+        rng.choice(["partition", "ids before", "window at bound", "bytes", "x"]) + str(n)
+        for n in range(rng.randint(2, 12))
+    ]
+    rows = [[" ".join(rng.sample(words, rng.randint(1, 3))) for _ in columns] for _ in range(rng.randint(1, 4))]
+    print_table("random", columns, rows, whole=set(rng.sample(columns, 1)) if seed % 2 else ())
+    output = capsys.readouterr().out
+    _assert_fits(output)
+    for token in ("142,342", "1.7 MiB", "871.4 KiB", "a" * 30):
+        if any(token in cell for row in rows for cell in row):
+            _assert_whole(output, token)
+    for column in columns:
+        for word in column.split():
+            assert word in output, (word, output)
+
+
+def test_store_tables_read_at_80_columns(data_dir: Path):
+    for args, tokens in (
+        (["age", "--max-keys", "1000", "--dry-run"], ["partition", "2,400", "1,400", "within policy"]),
+        (["stats", "-p", "0"], ["KeyDrop", "2,400", "estimated"]),
+        (["sst"], ["partition", "deletions", "2,400", f"ajs-{0:04x}{0:028x}"]),
+        (["compactions"], ["partition", "Manual Flush", "2,400", "seconds"]),
+        (["compact", "-p", "1"], ["partition", "tombstones", "seconds"]),
+    ):
+        output = _invoke(*args, "-d", str(data_dir))
+        _assert_fits(output)
+        _assert_whole(output, *tokens)
+
+
+@pytest.fixture
+def short_dir():
+    # locations are printed whole: a short directory, so that a whole location fits the 80 columns
+    short = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    yield short
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def test_snapshot_tables_read_at_80_columns(data_dir: Path, tmp_path: Path, short_dir: Path):
+    data_dir = Path(shutil.copytree(data_dir, short_dir / "d"))
+    created = _invoke("snapshot", "create", "-d", str(data_dir), "-p", "0")
+    _assert_fits(created)
+    snapshot_id = json.loads(_invoke("snapshot", "list", "-d", str(data_dir), "--json"))[0]["snapshot_id"]
+    _assert_whole(created, snapshot_id, "2,400", str(data_dir / "snapshots" / snapshot_id))
+    for args in (
+        ["snapshot", "verify", snapshot_id, "-d", str(data_dir)],
+        ["snapshot", "restore", snapshot_id, "--location", str(data_dir / "snapshots"), "-d", str(tmp_path / "new")],
+        ["snapshot", "prune", "-d", str(data_dir), "--keep", "1", "--dry-run"],
+    ):
+        output = _invoke(*args)
+        _assert_fits(output)
+        _assert_whole(output, snapshot_id)
+
+
+def test_the_run_summary_groups_thousands(capsys, monkeypatch):
+    from dedupectl.cli.commands.run import _render
+    from dedupectl.worker import RunSummary
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    summary = RunSummary(consumed=300_000, published=285_714, duplicates=14_286, dead_letters=0)
+    _render(summary, json_output=False)
+    output = capsys.readouterr().out
+    _assert_fits(output)
+    _assert_whole(output, "300,000", "285,714", "14,286")
