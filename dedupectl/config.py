@@ -424,11 +424,11 @@ def _validate(config: WorkerConfig, named: _Named) -> None:
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
         raise ConfigError(f"{named('snapshot_keep')} must be at least 1, got {config.snapshot_keep}")
     if config.snapshot_every is None and (config.snapshot_to is not None or config.snapshot_keep is not None):
-        given = " and ".join(
-            named(name) for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None
-        )
+        present = [named(name) for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None]
+        # in the words the operator used: flags point to the flag, the file or environment to the key
+        every = flag_for("snapshot_every") if all(name.startswith("--") for name in present) else "snapshot_every"
         raise ConfigError(
-            f"{given} applies to scheduled snapshots, which are off without snapshot_every",
+            f"{' and '.join(present)} applies to scheduled snapshots, which are off without {every}",
             "add --snapshot-every (e.g. 1h), or drop it",
         )
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
