@@ -58,6 +58,8 @@ def _global_options(
     debug: bool = typer.Option(
         False, "--debug", metavar="", help="After an error's line, print its traceback (for bug reports)."
     ),
+    # eager, and processed before --log-format: Typer converts a flag's value itself, any other with
+    # pydantic, which --version need not load
     version: bool = typer.Option(
         False, "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
     ),

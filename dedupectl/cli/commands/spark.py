@@ -6,6 +6,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -30,10 +31,15 @@ from dedupectl.cli.options import (
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.cli.progress import JobSteps, ProgressDisplay
 from dedupectl.config import WorkerConfig, resolve_worker_config
-from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
 from reconcile.ranges import FORMS, parse_bound
 from store.sizes import format_duration, format_size
 
+if TYPE_CHECKING:
+    from dedupectl.spark.session import SparkSettings
+
+# dedupectl.spark.session (and its jars and process helpers) is imported when a job runs, not for --help; its
+# DEFAULT_MASTER is named here (a test holds the two together)
+DEFAULT_MASTER = "local[*]"
 MasterOption = typer.Option(
     DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
 )
@@ -52,6 +58,8 @@ IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (def
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
+    from dedupectl.spark.session import submit_plan
+
     line, redacted = submit_plan(settings, command, sys.argv[1:])
     console.print(line, soft_wrap=True, highlight=False, markup=False)
     if redacted:
@@ -59,6 +67,8 @@ def _print_submit(settings: SparkSettings, command: str) -> None:
 
 
 def _settings(master: str, conf: list[str] | None, app_name: str) -> SparkSettings:
+    from dedupectl.spark.session import SparkSettings, parse_conf
+
     return SparkSettings(master=master, conf=parse_conf(conf), app_name=app_name)
 
 
@@ -67,6 +77,8 @@ def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
 
 
 def _java_settings(pairs: list[str] | None) -> dict[str, str]:
+    from dedupectl.spark.session import parse_conf
+
     return parse_conf(pairs, "--spark-kafka-option", "security.protocol=SSL")
 
 

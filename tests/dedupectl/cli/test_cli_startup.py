@@ -37,8 +37,12 @@ print(json.dumps(sorted(name for name in heavy if name in sys.modules)))
 
 
 def _loaded_after(args: list[str]) -> list[str]:
+    return _loaded_after_named(args, HEAVY)
+
+
+def _loaded_after_named(args: list[str], names: tuple[str, ...]) -> list[str]:
     result = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(args), json.dumps(HEAVY)],
+        [sys.executable, "-c", _PROBE, json.dumps(args), json.dumps(names)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -51,6 +55,13 @@ def _loaded_after(args: list[str]) -> list[str]:
 @pytest.mark.parametrize("args", [[], ["--every-help"]], ids=["import", "every --help and --version"])
 def test_start_up_imports_no_heavy_module(args: list[str]) -> None:
     assert _loaded_after(args) == []
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"]])
+def test_help_and_version_load_no_type_coercion(args: list[str]) -> None:
+    # Typer converts any option value but a flag's with pydantic: the global options seen before --help or
+    # --version exits are flags (--log-format, the one that is not, is processed after them)
+    assert "pydantic" not in _loaded_after_named(args, ("pydantic",))
 
 
 def test_the_probe_sees_a_heavy_import() -> None:
@@ -70,3 +81,11 @@ def test_the_endpoint_help_names_the_backends_variable() -> None:
     from snapshots.backends.aws import S3_ENDPOINT_ENV
 
     assert options.S3_ENDPOINT_ENV == S3_ENDPOINT_ENV
+
+
+def test_the_defaults_named_in_help_are_the_cores() -> None:
+    from dedupectl.cli.commands import dev, spark
+    from dedupectl.devbroker import DEFAULT_STATE_DIR
+    from dedupectl.spark.session import DEFAULT_MASTER
+
+    assert (dev.DEFAULT_STATE_DIR, spark.DEFAULT_MASTER) == (DEFAULT_STATE_DIR, DEFAULT_MASTER)
