@@ -1,14 +1,15 @@
 """How long ``dedupectl`` takes to start: ``--help``, ``--version`` and a command's help, against baselines
 measured in the same run.
 
-    python benchmarks/bench_cli_startup.py [--runs 20] [--out benchmarks/results/cli_startup.json]
+    python benchmarks/bench_cli_startup.py [--runs 20] [--checkout DIR]
+                                           [--out benchmarks/results/cli_startup.json]
 
 Each case is a fresh interpreter, run as the console script runs it (``from dedupectl.cli.app import main``)
-from this checkout, its output discarded. The cases are interleaved, one run of each in turn, so that a change
-in the machine's load falls on all of them alike; the median and the fastest run of each are printed, with
-the ratio of each median to the baselines': ``python -c pass`` (the interpreter alone) and
-``python -c "import typer"`` (the CLI framework alone). The load average before and after is printed too:
-on a shared machine, compare the ratios.
+from this checkout (or ``--checkout DIR``, another one: an earlier commit, to compare), its output
+discarded. The cases are interleaved, one run of each in turn, so that a change in the machine's load falls
+on all of them alike; the median and the fastest run of each are printed, with the ratio of each median to
+the baselines': ``python -c pass`` (the interpreter alone) and ``python -c "import typer"`` (the CLI
+framework alone). The load average before and after is printed too: on a shared machine, compare the ratios.
 """
 
 from __future__ import annotations
@@ -43,24 +44,25 @@ CASES = {
 BASELINES = ("python -c pass", 'python -c "import typer"')
 
 
-def _once(args: list[str]) -> float:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "80"}
+def _once(args: list[str], checkout: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(checkout), "COLUMNS": "80"}
     started = time.perf_counter()
-    subprocess.run([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run([sys.executable, *args], cwd=checkout, env=env, stdout=subprocess.DEVNULL, check=True)
     return time.perf_counter() - started
 
 
-def measure(runs: int) -> dict:
+def measure(runs: int, checkout: Path = ROOT) -> dict:
     for args in CASES.values():  # warm the file cache and the bytecode
-        _once(args)
+        _once(args, checkout)
     load_before = os.getloadavg()
     seconds: dict[str, list[float]] = {name: [] for name in CASES}
     for _ in range(runs):
         for name, args in CASES.items():
-            seconds[name].append(_once(args))
+            seconds[name].append(_once(args, checkout))
     load_after = os.getloadavg()
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     return {
+        "checkout": str(checkout),
         "runs": runs,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
@@ -80,11 +82,12 @@ def measure(runs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--checkout", type=Path, default=ROOT, help="the dedupectl checkout to start")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/cli_startup.json")
     args = parser.parse_args()
-    result = measure(args.runs)
+    result = measure(args.runs, args.checkout.resolve())
     table = Table(
-        title=f"dedupectl start-up, {result['runs']} interleaved runs each (load average before "
+        title=f"dedupectl start-up ({result['checkout']}), {result['runs']} interleaved runs each (load average before "
         f"{result['load_before'][0]}, after {result['load_after'][0]}, {result['cpus']} cores)",
         title_justify="left",
     )
