@@ -113,7 +113,7 @@ class HelpText:
             names, text = record
             if getattr(param, "is_flag", False) and not getattr(param, "count", False):
                 names = _VALUE.sub("", names)  # a flag takes no value: show none
-            names = _LIST.sub(r"<\1>", names)  # repeatable: the help says so
+            names = _LIST.sub(lambda match: f"<{match[1].lower()}>", names)  # repeatable: the help says so
             (arguments if param.param_type_name == "argument" else options).append((names, text))
         for title, rows in (("Arguments", arguments), ("Options", options)):
             if rows:

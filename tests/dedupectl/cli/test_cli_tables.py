@@ -179,3 +179,33 @@ def test_the_run_summary_groups_thousands(capsys, monkeypatch):
     output = capsys.readouterr().out
     _assert_fits(output)
     _assert_whole(output, "300,000", "285,714", "14,286")
+
+
+def test_the_status_table_reads_at_80_columns(capsys, monkeypatch):
+    from dedupectl.cli.commands.status import _print
+    from dedupectl.fleet import FleetStatus, PartitionStatus
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    partitions = tuple(
+        PartitionStatus(
+            partition=p,
+            worker_id=f"dedup-{p}",
+            host="worker-host-1.example.internal",
+            end_offset=1_388_230,
+            committed_offset=1_204_311,
+            lag=183_919,
+            messages_per_s=124_332.0,
+            window_seconds=86_400.0 + p,
+            store_bytes=42 * 2**30,
+            last_commit_age_s=2.0,
+            refused=None,
+            store_figures_from="metrics",
+            verdict="LAGGING",
+        )
+        for p in range(3)
+    )
+    report = FleetStatus("events", "dedupectl.events", "stable", 86_400.0, time.time(), 0.4, partitions, ())
+    _print(report)
+    output = capsys.readouterr().out
+    _assert_fits(output)
+    _assert_whole(output, "183,919", "124,332", "dedup-0 @ worker-host-1.example.internal", "42.0 GiB")
