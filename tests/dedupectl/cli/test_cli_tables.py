@@ -209,3 +209,41 @@ def test_the_status_table_reads_at_80_columns(capsys, monkeypatch):
     output = capsys.readouterr().out
     _assert_fits(output)
     _assert_whole(output, "183,919", "124,332", "dedup-0 @ worker-host-1.example.internal", "42.0 GiB")
+
+
+def test_the_reconcile_table_reads_at_80_columns(capsys, monkeypatch):
+    from dedupectl.cli.commands.reconcile import _render
+    from reconcile.report import Coverage, PartitionReport, ReconcileReport
+
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    coverage = Coverage(output_offset=1_388_230, input_offset=2_004_311, next_seq=183_919, first_live_seq=0)
+    partition = PartitionReport(
+        partition=3,
+        store="/var/lib/dedupectl/events-3",
+        start_offset=1_204_311,
+        end_offset=1_388_230,
+        records_scanned=183_919,
+        missing_from_store=12_345,
+        duplicate_records=0,
+        duplicate_ids=0,
+        unpublished=0,
+        unpublished_verified=True,
+        older_than_window=0,
+        unkeyed_records=0,
+        seq_window=None,
+        applied=False,
+        recorded=0,
+        put_back=0,
+        unplaceable=0,
+        removed=0,
+        published_outside_range=0,
+        removal_skipped=None,
+        coverage_before=coverage,
+        coverage_after=coverage,
+        seconds=1.5,
+        status="out of sync",
+    )
+    _render(ReconcileReport("events-deduped", "events", False, (partition,), 1.5, (4,), "/var/lib/dedupectl"))
+    output = capsys.readouterr().out
+    _assert_fits(output)
+    _assert_whole(output, "1204311-1388230", "183,919", "12,345", "missing from store", "out of sync")
