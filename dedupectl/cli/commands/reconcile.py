@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -25,9 +26,12 @@ from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
 from reconcile.ranges import FORMS, parse_bound
-from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
 
-# reconcile.runner and reconcile.gaps load Kafka and RocksDB: imported when the command runs, not for --help
+if TYPE_CHECKING:
+    from reconcile.report import PartitionReport, ReconcileReport
+
+# reconcile.runner and reconcile.gaps load Kafka and RocksDB, reconcile.report the store's codec: imported
+# when the command runs, not for --help
 
 
 def reconcile(
@@ -156,6 +160,8 @@ def _render(report: ReconcileReport) -> None:
 
 
 def _partition_rows(report: ReconcileReport) -> list[tuple]:
+    from reconcile.report import NO_STORE
+
     rows = []
     for p in report.partitions:
         before, after = p.coverage_before.output_offset, p.coverage_after.output_offset
