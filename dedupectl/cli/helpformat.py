@@ -10,6 +10,7 @@ import textwrap
 from typing import Any
 
 import typer
+from typer._click.exceptions import NoSuchOption
 from typer.core import TyperCommand, TyperGroup
 
 EXAMPLE = "Example:"
@@ -80,10 +81,26 @@ def write_dl(formatter, rows: list[tuple[str, str]], col_max: int = 30, spacing:
             formatter.write(f"{indent}{'':>{first_col}}{line}\n")
 
 
+# Spellings renamed to the one vocabulary (docs/reference/options.md): where one did not ship it is refused,
+# and the refusal names today's spelling
+RENAMED = {
+    "-i": "the input topic is -t/--topic",
+    "--input-topic": "the input topic is -t/--topic",
+}
+
+
 class HelpText:
-    """The help text of a command or group, paragraph by paragraph."""
+    """The help text of a command or group, paragraph by paragraph; a renamed option's refusal says its name."""
 
     help: str | None
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)  # type: ignore[misc]
+        except NoSuchOption as error:
+            if error.option_name in RENAMED:
+                error.message = f"{error.message}: {RENAMED[error.option_name]}"
+            raise
 
     def format_help_text(self, ctx: typer.Context, formatter) -> None:
         paragraphs = _paragraphs(self.help or "")

@@ -140,6 +140,11 @@ def test_an_old_spelling_sets_the_same_option() -> None:
     assert "no partition count given" in _refusal("topics", "create", "-b", "127.0.0.1:9", "-t", "a", "-o", "b")
 
 
+def test_the_old_input_topic_flag_where_it_never_shipped_is_refused_with_the_new_name() -> None:
+    refusal = _refusal("window", "-d", "data", "-i", "events")
+    assert "No such option: -i: the input topic is -t/--topic" in refusal
+
+
 @pytest.mark.parametrize(
     ("args", "named"),
     [
