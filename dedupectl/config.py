@@ -28,11 +28,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconcile.kafka import KafkaConfig
 from store.errors import ConfigError
 from store.sizes import parse_duration
+
+if TYPE_CHECKING:
+    from reconcile.kafka import KafkaConfig
+
+
+def __getattr__(name: str) -> Any:
+    # KafkaConfig's module loads confluent_kafka: imported on first use, so the CLI's --help never pays for it
+    if name == "KafkaConfig":
+        from reconcile.kafka import KafkaConfig
+
+        return KafkaConfig
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 ENV_PREFIX = "DEDUPECTL_"
 ENV_KAFKA_PREFIX = "DEDUPECTL_KAFKA_"
@@ -51,6 +63,14 @@ ENV_RESERVED = frozenset(
     }
 )
 DEFAULT_DATA_DIR = Path("dedupectl-data")
+# The flag that sets a field, where it is not --<field with dashes>: errors name what the operator typed.
+FIELD_FLAGS = {"input_topic": "--topic"}
+
+
+def flag_for(key: str) -> str:
+    """The command-line flag that sets the config field ``key``."""
+    return FIELD_FLAGS.get(key, "--" + key.replace("_", "-"))
+
 
 # librdkafka settings the worker must own for exactly-once to hold.
 KAFKA_KEYS_OWNED = frozenset(
@@ -191,15 +211,19 @@ def _parse(name: str, kind: type, raw: Any, source: str) -> Any:
         raise ConfigError(f"{source}: {name} must be {kind.__name__}, got {raw!r}") from error
 
 
-def _collect(config_file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any]) -> tuple[dict, dict]:
-    """Merge the three sources into (fields, kafka settings), checking every key; later sources win."""
+def _collect(
+    config_file: Path | None, env: Mapping[str, str], flags: Mapping[str, Any], origins: dict[str, str] | None = None
+) -> tuple[dict, dict]:
+    """Merge the three sources into (fields, kafka settings), checking every key; later sources win.
+    ``origins`` receives, per field, the name the operator gave it: a flag, a variable or the file's key."""
     fields: dict[str, Any] = {}
     kafka: dict[str, str] = {}
+    origins = {} if origins is None else origins
     file_path = config_file or (Path(env["DEDUPECTL_CONFIG"]) if env.get("DEDUPECTL_CONFIG") else None)
     if file_path is not None:
         _from_file(file_path, fields, kafka)
-    _from_env(env, fields, kafka)
-    _from_flags(flags, fields, kafka)
+    _from_env(env, fields, kafka, origins)
+    _from_flags(flags, fields, kafka, origins)
     owned = sorted(set(kafka) & KAFKA_KEYS_OWNED)
     if owned:
         raise ConfigError(
@@ -224,7 +248,7 @@ def _from_file(file_path: Path, fields: dict[str, Any], kafka: dict[str, str]) -
             )
 
 
-def _from_env(env: Mapping[str, str], fields: dict[str, Any], kafka: dict[str, str]) -> None:
+def _from_env(env: Mapping[str, str], fields: dict[str, Any], kafka: dict[str, str], origins: dict[str, str]) -> None:
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in ENV_RESERVED:
             continue
@@ -235,16 +259,20 @@ def _from_env(env: Mapping[str, str], fields: dict[str, Any], kafka: dict[str, s
         if key not in _WORKER_FIELDS:
             raise ConfigError(f"unknown environment variable {name}", "unset it or fix its spelling")
         fields[key] = _parse(key, _WORKER_FIELDS[key], value, name)
+        origins[key] = name
 
 
-def _from_flags(flags: Mapping[str, Any], fields: dict[str, Any], kafka: dict[str, str]) -> None:
+def _from_flags(
+    flags: Mapping[str, Any], fields: dict[str, Any], kafka: dict[str, str], origins: dict[str, str]
+) -> None:
     for key, value in flags.items():
         if value is None:
             continue
         if key == "kafka":
             kafka.update(value)
         elif key in _WORKER_FIELDS:
-            fields[key] = _parse(key, _WORKER_FIELDS[key], value, f"--{key.replace('_', '-')}")
+            fields[key] = _parse(key, _WORKER_FIELDS[key], value, flag_for(key))
+            origins[key] = flag_for(key)
         else:  # a programming error in a command, not an operator one
             raise ConfigError(f"unknown option {key!r}")
 
@@ -256,6 +284,8 @@ def _kafka_config(fields: dict[str, Any], kafka: dict[str, str]) -> KafkaConfig:
             "no Kafka bootstrap servers given",
             "pass --bootstrap-servers, set DEDUPECTL_BOOTSTRAP_SERVERS, or bootstrap_servers in the config file",
         )
+    from reconcile.kafka import KafkaConfig
+
     timeout = fields.get("timeout_s")
     timeout = 15.0 if timeout is None else timeout
     if timeout <= 0:
@@ -274,13 +304,15 @@ def resolve_kafka_config(
 def resolve_worker_config(
     config_file: Path | None = None, env: Mapping[str, str] | None = None, flags: Mapping[str, Any] | None = None
 ) -> WorkerConfig:
-    """The worker's whole configuration; raises ConfigError naming the first problem found."""
-    fields, kafka = _collect(config_file, os.environ if env is None else env, flags or {})
+    """The worker's whole configuration; raises ConfigError naming the first problem found (by the flag,
+    variable or config key that set it)."""
+    origins: dict[str, str] = {}
+    fields, kafka = _collect(config_file, os.environ if env is None else env, flags or {}, origins)
     kafka_config = _kafka_config(fields, kafka)
+    named = _Named(origins)
     for required in ("input_topic", "output_topic"):
         if not fields.get(required):
-            flag = "--" + required.replace("_", "-")
-            raise ConfigError(f"no {required} given", f"pass {flag} or set {required} in the config file")
+            raise ConfigError(f"no {required} given", f"pass {flag_for(required)} or set {required} in the config file")
     input_topic, output_topic = fields["input_topic"], fields["output_topic"]
     dead_letter_topic = fields.get("dead_letter_topic") or f"{input_topic}.dead-letter"
     if len({input_topic, output_topic, dead_letter_topic}) != 3:
@@ -308,18 +340,29 @@ def resolve_worker_config(
             )
             if fields.get(key) is not None
         },
-        max_keys=_bound(fields.get("max_keys"), _size(fields.get("max_bytes"), "max_bytes")),
-        max_bytes=_size(fields.get("max_bytes"), "max_bytes"),
-        memtable_budget=_size(fields.get("memtable_budget"), "memtable_budget") or DEFAULT_MEMTABLE_BUDGET,
-        snapshot_every=_duration(fields.get("snapshot_every"), "snapshot_every"),
-        broker_retry_for=_duration(fields.get("broker_retry_for"), "broker_retry_for") or DEFAULT_BROKER_RETRY_FOR,
+        max_keys=_bound(fields.get("max_keys"), _size(fields.get("max_bytes"), named("max_bytes"))),
+        max_bytes=_size(fields.get("max_bytes"), named("max_bytes")),
+        memtable_budget=_size(fields.get("memtable_budget"), named("memtable_budget")) or DEFAULT_MEMTABLE_BUDGET,
+        snapshot_every=_duration(fields.get("snapshot_every"), named("snapshot_every")),
+        broker_retry_for=_duration(fields.get("broker_retry_for"), named("broker_retry_for"))
+        or DEFAULT_BROKER_RETRY_FOR,
         snapshot_to=fields.get("snapshot_to"),
         snapshot_keep=fields.get("snapshot_keep"),
-        stop_timeout=_duration(fields.get("stop_timeout"), "stop_timeout") or DEFAULT_STOP_TIMEOUT,
+        stop_timeout=_duration(fields.get("stop_timeout"), named("stop_timeout")) or DEFAULT_STOP_TIMEOUT,
         leave_group_on_stop=bool(fields.get("leave_group_on_stop")),
     )
-    _validate(config)
+    _validate(config, named)
     return config
+
+
+class _Named:
+    """A field's name as the operator gave it: the flag or variable that set it, else its config key."""
+
+    def __init__(self, origins: Mapping[str, str]) -> None:
+        self._origins = origins
+
+    def __call__(self, key: str) -> str:
+        return self._origins.get(key, key)
 
 
 def _boolean(raw: Any) -> bool:
@@ -357,7 +400,7 @@ def _duration(text: str | None, what: str) -> float | None:
     return parse_duration(text, what=what, positive=True)
 
 
-def _validate(config: WorkerConfig) -> None:
+def _validate(config: WorkerConfig, named: _Named) -> None:
     for name in (
         "batch_max_messages",
         "batch_max_bytes",
@@ -366,25 +409,29 @@ def _validate(config: WorkerConfig) -> None:
         "session_timeout_ms",
     ):
         if getattr(config, name) <= 0:
-            raise ConfigError(f"{name} must be positive, got {getattr(config, name)}")
+            raise ConfigError(f"{named(name)} must be positive, got {getattr(config, name)}")
     if config.value_format not in VALUE_FORMATS:
-        raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}")
+        raise ConfigError(
+            f"{named('value_format')} must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}"
+        )
     if config.max_keys < 1:
-        raise ConfigError(f"max_keys must be at least 1, got {config.max_keys}")
+        raise ConfigError(f"{named('max_keys')} must be at least 1, got {config.max_keys}")
     if config.memtable_budget < MIN_MEMTABLE_BUDGET:
         raise ConfigError(
-            f"memtable_budget must be at least 4MiB, got {config.memtable_budget} bytes",
+            f"{named('memtable_budget')} must be at least 4MiB, got {config.memtable_budget} bytes",
             "memtables smaller than that flush files of a few thousand ids",
         )
     if config.snapshot_keep is not None and config.snapshot_keep < 1:
-        raise ConfigError(f"snapshot_keep must be at least 1, got {config.snapshot_keep}")
+        raise ConfigError(f"{named('snapshot_keep')} must be at least 1, got {config.snapshot_keep}")
     if config.snapshot_every is None and (config.snapshot_to is not None or config.snapshot_keep is not None):
-        given = " and ".join(name for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None)
+        present = [named(name) for name in ("snapshot_to", "snapshot_keep") if getattr(config, name) is not None]
+        # in the words the operator used: flags point to the flag, the file or environment to the key
+        every = flag_for("snapshot_every") if all(name.startswith("--") for name in present) else "snapshot_every"
         raise ConfigError(
-            f"{given} applies to scheduled snapshots, which are off without snapshot_every",
+            f"{' and '.join(present)} applies to scheduled snapshots, which are off without {every}",
             "add --snapshot-every (e.g. 1h), or drop it",
         )
     if config.metrics_port is not None and not 0 <= config.metrics_port <= 65535:
-        raise ConfigError(f"metrics_port must be 0-65535, got {config.metrics_port}")
+        raise ConfigError(f"{named('metrics_port')} must be 0-65535, got {config.metrics_port}")
     if not re.fullmatch(r"[A-Za-z0-9._-]+", config.worker_id):
-        raise ConfigError(f"worker_id {config.worker_id!r} may hold only letters, digits, '.', '_' and '-'")
+        raise ConfigError(f"{named('worker_id')} {config.worker_id!r} may hold only letters, digits, '.', '_' and '-'")

@@ -48,7 +48,7 @@ def create_topics(
 ) -> list[TopicResult]:
     """Create the topics with ``partitions`` each; existing topics are accepted if their count matches."""
     if partitions <= 0:
-        raise TopicError(f"--partitions must be positive, got {partitions}")
+        raise TopicError(f"--partition-count must be positive, got {partitions}")
     admin = admin_client(kafka)
     existing = cluster_metadata(kafka, admin).topics
     results, wanted = [], []

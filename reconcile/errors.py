@@ -3,8 +3,12 @@ offsets a store needs."""
 
 from __future__ import annotations
 
-from store.codec import OutputGap
+from typing import TYPE_CHECKING
+
 from store.errors import DedupeError
+
+if TYPE_CHECKING:  # an annotation only: every command's start-up imports these errors
+    from store.codec import OutputGap
 
 
 class BrokerError(DedupeError):

@@ -16,10 +16,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from reconcile.errors import RangeError
-from reconcile.scan import OutputReader
 from store import clock
+
+if TYPE_CHECKING:  # parsing a bound needs no Kafka client: the CLI's help quotes FORMS
+    from reconcile.scan import OutputReader
 
 _RELATIVE = re.compile(r"^(?P<amount>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -94,7 +94,7 @@ def _partitions(request: ReconcileRequest, count: int) -> list[int]:
         if not found:
             raise StoreNotFoundError(
                 f"no dedup stores of topic {request.input_topic!r} in {request.data_dir}",
-                "check --data-dir and --input-topic (stores are named <input topic>-<partition>)",
+                "check --data-dir and --topic (stores are named <input topic>-<partition>)",
             )
         wanted = sorted(set(found) | set(range(count)))  # a store past the topic's partitions is refused below
     else:

@@ -293,8 +293,8 @@ def _check_target(ec2, request: ReattachRequest, zone: str, steps: _Steps) -> No
         if target_zone != zone:
             raise ReattachError(
                 f"wrong availability zone: volume {volume_id} is in {zone} but instance {target} is in {target_zone}",
-                f"a volume attaches only within its zone: snapshot it (snapshot create --to ebs:{volume_id}) and "
-                f"restore it in {target_zone} (snapshot restore ID --from ebs: --availability-zone {target_zone})",
+                f"a volume attaches only within its zone: snapshot it (snapshot create --location ebs:{volume_id}) and "
+                f"restore it in {target_zone} (snapshot restore ID --location ebs: --availability-zone {target_zone})",
             )
         if state in ("shutting-down", "terminated"):
             raise ReattachError(f"instance {target} is {state}", "pick a running or stopped instance")

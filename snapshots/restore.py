@@ -187,6 +187,6 @@ def restore_volume(
     parse_snapshot_id(snapshot_id)
     backend = open_backend(source, aws=aws)
     if not isinstance(backend, EbsBackend):
-        raise SnapshotError("--availability-zone applies to EBS snapshots only", "restore with --from ebs:")
+        raise SnapshotError("--availability-zone applies to EBS snapshots only", "restore with --location ebs:")
     ebs_snapshot, volume = backend.create_volume(snapshot_id, availability_zone)
     return VolumeRestoreResult(snapshot_id, ebs_snapshot, volume, availability_zone)

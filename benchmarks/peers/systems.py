@@ -74,7 +74,7 @@ class System:
                     "--window-seconds", str(s.window_seconds), "--idle-seconds", str(s.idle_seconds)]  # fmt: skip
         if self.is_dedupectl:
             bound = ["--max-keys", str(s.window_ids)] if self.bounded and s.window_ids else []
-            return [python, "-m", "dedupectl.cli.app", "run", "-b", s.bootstrap, "-i", s.input_topic,
+            return [python, "-m", "dedupectl.cli.app", "run", "-b", s.bootstrap, "-t", s.input_topic,
                     "-o", s.output_topic, "--dead-letter-topic", f"{s.input_topic}.dead-letter",
                     "--group-id", s.group, "-d", str(s.state_dir), "--worker-id", "bench",
                     "--exit-on-idle", str(s.idle_seconds), "--log-level", "warning", "--json",

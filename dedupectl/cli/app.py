@@ -13,7 +13,8 @@ import traceback
 
 import typer
 
-from dedupectl import __version__
+import dedupectl
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.json_errors import error_object
 from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, setup_logging, use_log_format
 from dedupectl.cli.output import print_error, print_json
@@ -34,7 +35,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.commands.dev",
 )
 
-app = typer.Typer(
+app = Typer(
     name="dedupectl",
     help="Exactly-once deduplication for Kafka, and the tools to operate it.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -48,7 +49,7 @@ _state = {"debug": False}
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"dedupectl {__version__}")
+        typer.echo(f"dedupectl {dedupectl.__version__}")
         raise typer.Exit()
 
 
@@ -57,6 +58,8 @@ def _global_options(
     debug: bool = typer.Option(
         False, "--debug", metavar="", help="After an error's line, print its traceback (for bug reports)."
     ),
+    # eager, and processed before --log-format: Typer converts a flag's value itself, any other with
+    # pydantic, which --version need not load
     version: bool = typer.Option(
         False, "--version", metavar="", callback=_version, is_eager=True, help="Print the version and exit."
     ),

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import typer
-from typer.core import TyperCommand
 
+from dedupectl.cli.helpformat import HelpCommand
 from dedupectl.cli.output import print_json
 from dedupectl.errors import DedupeError
 
@@ -45,7 +45,7 @@ def json_errors(json_output: bool) -> Iterator[None]:
         raise
 
 
-class JsonErrorsCommand(TyperCommand):
+class JsonErrorsCommand(HelpCommand):
     """A command whose options fail to parse (a bad value, a missing option, a callback's refusal) before its
     body runs: with --json on the command line, the error object is printed all the same."""
 

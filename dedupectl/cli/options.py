@@ -1,17 +1,24 @@
-"""Options that several commands take, each declared once.
+"""Options that several commands take, each declared once, in one vocabulary (docs/reference/options.md).
 
 An option that means the same to every command that takes it has one declaration here, with one default and
 one help text. Where commands need a different default, there is one option per case, named for it.
 Options only one command module takes are declared in that module.
+
+A spelling that shipped and was renamed stays accepted, hidden from help, as a second option of the same
+command (``…AliasOption`` here); the command takes whichever was given, through :func:`given_once`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import typer
 
 from dedupectl.config import DEFAULT_DATA_DIR
 from dedupectl.errors import ConfigError
-from snapshots.backends.aws import S3_ENDPOINT_ENV, check_endpoint_url
+
+# snapshots.backends.aws's S3_ENDPOINT_ENV, named here: importing that package loads boto3 for every command
+S3_ENDPOINT_ENV = "DEDUPECTL_S3_ENDPOINT_URL"
 
 DATA_DIR_ENV = "DEDUPECTL_DATA_DIR"
 # DEDUPECTL_* variables the CLI reads itself: the worker's config, which refuses names it does not know, never sees them
@@ -31,8 +38,10 @@ KafkaSettingOption = typer.Option(
     help="A librdkafka setting for every client, as key=value (repeatable), e.g. -X security.protocol=SSL.",
 )
 InputTopicOption = typer.Option(
-    None, "--input-topic", "-i", help="The worker's input topic: the one it deduplicates (it names the stores)."
+    None, "--topic", "-t", help="The worker's input topic: the one it deduplicates (it names the stores)."
 )
+# the input topic's spelling in run, status, trace, reconcile, topics create, audit, replay and rebuild
+InputTopicAliasOption = typer.Option(None, "--input-topic", "-i", hidden=True)
 OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker's output topic: where new ids go.")
 DeadLetterTopicOption = typer.Option(
     None, "--dead-letter-topic", help="Where unusable records go (default: <input>.dead-letter)."
@@ -40,7 +49,21 @@ DeadLetterTopicOption = typer.Option(
 ValueFormatOption = typer.Option(
     None, "--value-format", help="json (values must be JSON objects) or raw, as the worker runs."
 )
-MaxKeysOption = typer.Option(None, "--max-keys", help="Aging: keep at most this many ids per partition.")
+
+
+def _positive_whole(flag: str):
+    def check(value: int | None) -> int | None:
+        # the flag's own error, before the store's (which knows the setting only by its config key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{flag} must be a positive whole number, got {value}")
+        return value
+
+    return check
+
+
+MaxKeysOption = typer.Option(
+    None, "--max-keys", callback=_positive_whole("--max-keys"), help="Aging: keep at most this many ids per partition."
+)
 MaxBytesOption = typer.Option(
     None, "--max-bytes", help="Aging: keep at most this much data (SST files, sealed arrays) per partition, e.g. 40GiB."
 )
@@ -91,6 +114,8 @@ PartitionsOption = typer.Option(None, "--partition", "-p", help="A partition (re
 
 def _endpoint(value: str | None) -> str | None:
     # an option's error, not boto3's ValueError at the first call (which would surface as a bug, exit 70)
+    from snapshots.backends.aws import check_endpoint_url
+
     return None if value is None else check_endpoint_url(value, "--endpoint-url")
 
 
@@ -109,6 +134,15 @@ LOG_LEVEL_HELP = "debug, info, warning or error."
 # the tools log only what goes wrong; the worker's log is also its record of recoveries and progress
 LogLevelOption = typer.Option("warning", "--log-level", help=LOG_LEVEL_HELP)
 WorkerLogLevelOption = typer.Option("info", "--log-level", help=LOG_LEVEL_HELP)
+
+
+def given_once(value: Any, old: Any, flag: str, old_flag: str) -> Any:
+    """An option's value, given under its name or under the spelling it shipped with (hidden, still read)."""
+    if old is None:
+        return value
+    if value is not None and value != old:
+        raise ConfigError(f"{flag} and {old_flag} are one option, given twice", f"pass {flag} once")
+    return old
 
 
 def parse_kafka_settings(pairs: list[str] | None) -> dict[str, str] | None:

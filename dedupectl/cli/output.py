@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -14,7 +15,6 @@ from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
-from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -43,7 +43,29 @@ def print_json(value: Any) -> None:
 
 
 GAP = 2  # spaces between columns
-SHORTEST_FOLD = 4  # a folding column keeps at least this many characters before the table is printed wider
+# a size's number and unit are one word: "871.4 KiB" never breaks between them
+_UNIT_SPACE = re.compile(r"(?<=\d) (?=(?:B|KiB|MiB|GiB|TiB|PiB)\b)")
+_WORD = re.compile(r"[^ ]+")
+
+
+def _words(plain: str) -> list[tuple[int, int]]:
+    """Where a cell may not break: its words, a number and its unit counted as one."""
+    return [match.span() for match in _WORD.finditer(_UNIT_SPACE.sub("\0", plain))]
+
+
+def _longest_word(plain: str) -> int:
+    return max((cell_len(plain[start:end]) for start, end in _words(plain)), default=0)
+
+
+def _wrap(cell: Text, width: int) -> Text:
+    """The cell in lines of at most ``width`` columns, broken only between words (markup kept)."""
+    lines: list[tuple[int, int]] = []
+    for start, end in _words(cell.plain):
+        if lines and cell_len(cell.plain[lines[-1][0] : end]) <= width:
+            lines[-1] = (lines[-1][0], end)
+        else:
+            lines.append((start, end))
+    return Text("\n").join(cell[start:end] for start, end in lines) if lines else cell
 
 
 def print_table(
@@ -51,12 +73,29 @@ def print_table(
 ) -> None:
     """A table for people on stdout, as wide as the console (the terminal; piped: COLUMNS, else 80).
 
-    The columns named in ``whole`` (ids, locations: what people copy or grep) never wrap: the other columns
-    fold when the table must shrink; a console too narrow for them gets the table at its natural width. A
-    header wider than its column's values takes two lines instead of widening it. Untitled columns make a
-    table without a header (a list of fields). Full values are in each command's ``--json``."""
-    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
-    widest = [max((Text.from_markup(row[index]).cell_len for row in cells), default=0) for index in range(len(columns))]
+    No cell or header ever breaks inside a word (a number, a size, an id): a row is one line when the table
+    fits; else the columns of several words wrap between them, and the columns named in ``whole`` (ids,
+    locations: what people copy or grep) not at all. A table that cannot fit even so is printed one record
+    per row, a field a line (as psql's expanded display). A header wider than its column's values takes two
+    lines instead of widening it. Untitled columns make a table without a header (a list of fields). Full
+    values are in each command's ``--json``."""
+    cells = [[Text.from_markup("" if cell is None else str(cell)) for cell in row] for row in rows]
+    header_words = [_longest_word(column) for column in columns]
+    natural = [max([header_words[index], *(row[index].cell_len for row in cells)]) for index in range(len(columns))]
+    least = [
+        natural[index]
+        if column in whole
+        else max([header_words[index], *(_longest_word(row[index].plain) for row in cells)])
+        for index, column in enumerate(columns)
+    ]
+    room = console.width - GAP * (len(columns) - 1)
+    if sum(least) > room:
+        _print_records(title, columns, cells)
+        return
+    widths = list(natural)
+    while sum(widths) > room:  # take a column from where it has most to spare above its longest word
+        index = max(range(len(widths)), key=lambda at: widths[at] - least[at])
+        widths[index] -= 1
     table = Table(
         title=title,
         title_justify="left",
@@ -66,23 +105,31 @@ def print_table(
         pad_edge=False,
         collapse_padding=True,
     )
-    for column, width in zip(columns, widest, strict=True):
-        keep = column in whole
-        table.add_column(_header(column, width), overflow="fold", no_wrap=keep, min_width=width if keep else None)
+    for column, width in zip(columns, widths, strict=True):
+        table.add_column(_header(column, width), width=width, no_wrap=True, overflow="ignore")
     for row in cells:
-        table.add_row(*row)
-    needed = sum(width if column in whole else SHORTEST_FOLD for column, width in zip(columns, widest, strict=True))
-    if needed + GAP * (len(columns) - 1) <= console.width:
-        console.print(table)
-    else:  # wider than the console anyway: at its natural width, one line per row
-        natural = Measurement.get(console, console.options.update(width=10_000), table).maximum
-        Console(file=console.file, width=natural).print(table)
+        table.add_row(*(_wrap(cell, width) for cell, width in zip(row, widths, strict=True)))
+    console.print(table)
 
 
-def _header(column: str, widest_value: int) -> str:
-    """The header on as many lines as it takes to be no wider than its values (or its longest word)."""
-    width = max(widest_value, *(cell_len(word) for word in column.split() or [""]))
-    return "\n".join(textwrap.wrap(column, width, break_long_words=False)) if column else column
+def _print_records(title: str, columns: Sequence[str], cells: list[list[Text]]) -> None:
+    """One block per row, ``column  value`` a line: for a table too wide for the console."""
+    console.print(title, highlight=False, soft_wrap=False)
+    label = max((cell_len(column) for column in columns), default=0)
+    room = max(console.width - label - GAP, 1)
+    for row in cells:
+        console.print()
+        for column, cell in zip(columns, row, strict=True):
+            lines = _wrap(cell, room).split("\n")
+            console.print(Text(f"{column:<{label}}{' ' * GAP}").append_text(lines[0]), soft_wrap=True)
+            for line in lines[1:]:
+                console.print(Text(" " * (label + GAP)).append_text(line), soft_wrap=True)
+
+
+def _header(column: str, width: int) -> str:
+    """The header on as many lines as it takes to be no wider than its column (or its longest word)."""
+    width = max(width, _longest_word(column))
+    return "\n".join(textwrap.wrap(column, width, break_long_words=False, break_on_hyphens=False)) if column else column
 
 
 def print_error(message: str) -> None:

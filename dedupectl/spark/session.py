@@ -32,7 +32,6 @@ from types import MappingProxyType
 from dedupectl.errors import ConfigError, SparkError
 from dedupectl.spark.jars import ConnectorJars, cache_root, ensure_connector_jars
 from dedupectl.spark.rpc_probe import spark_rpc_problem
-from reconcile.kafka import redact
 
 DEFAULT_MASTER = "local[*]"
 MIN_JAVA = 17
@@ -400,6 +399,8 @@ def job_arguments(command: str, argv: Sequence[str]) -> list[str]:
 
 
 def redact_args(args: Sequence[str]) -> tuple[list[str], bool]:
+    from reconcile.kafka import redact  # loads confluent_kafka: not for the CLI's --help, which quotes this module
+
     out, redacted = [], False
     for arg in args:
         key, sep, value = arg.partition("=")

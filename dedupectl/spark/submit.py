@@ -1,7 +1,7 @@
 """What ``spark-submit`` runs for ``--print-submit``: the dedupectl CLI, inside the submitted application.
 
-``spark-submit --master spark://… --jars … dedupectl/spark/submit.py audit -i events -o events-deduped``
-runs ``dedupectl audit -i events -o events-deduped`` with the session spark-submit configured.
+``spark-submit --master spark://… --jars … dedupectl/spark/submit.py audit -t events -o events-deduped``
+runs ``dedupectl audit -t events -o events-deduped`` with the session spark-submit configured.
 """
 
 from __future__ import annotations

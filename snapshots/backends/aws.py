@@ -136,7 +136,7 @@ def translate_aws_error(error: Exception, action: str, resource: str) -> DedupeE
     if code == "InvalidVolume.ZoneMismatch":
         return CloudError(
             f"volume and instance are in different availability zones{detail}",
-            "a volume attaches only within its zone: snapshot it (--to ebs:…) and restore it in the target's zone",
+            "a volume attaches only within its zone: snapshot it (--location ebs:…), restore it in the target's zone",
         )
     if code == "IncorrectState" or code == "IncorrectInstanceState":
         return CloudError(f"{resource} is not in a state that allows {action}{detail}", "wait, then retry")

@@ -1,10 +1,10 @@
-"""Snapshots as EC2 snapshots of the EBS volume that holds the data directory (``--to ebs:vol-…``).
+"""Snapshots as EC2 snapshots of the EBS volume that holds the data directory (``--location ebs:vol-…``).
 
 The checkpoint is first published on the volume itself (``<data_dir>/snapshots/<id>``, hard links: free),
 then the volume is snapshotted. An EBS snapshot is point-in-time from the moment ``CreateSnapshot`` returns,
 so the on-volume copy is removed right after: the EC2 snapshot holds it, with its manifest, and its tags
 carry the manifest's summary (topic, partition, offsets, id count) for listing. To restore, create a volume
-from it (``snapshot restore ID --from ebs: --availability-zone …``), attach and mount it, then restore
+from it (``snapshot restore ID --location ebs: --availability-zone …``), attach and mount it, then restore
 ``<mount>/snapshots/<id>`` like any local snapshot, which checks every file.
 
 Volumes are tagged ``dedupectl:topic`` and ``dedupectl:partition`` (comma-separated when a worker serves
@@ -206,7 +206,7 @@ class EbsBackend:
             raise SnapshotNotFoundError(
                 f"no EBS snapshot tagged {TAG_SNAPSHOT_ID}={snapshot_id}"
                 + (f" of volume {self.volume_id}" if self.volume_id else ""),
-                f"see `dedupectl snapshot list --from {self.describe()}`",
+                f"see `dedupectl snapshot list --location {self.describe()}`",
             )
         return found[0]
 
@@ -253,7 +253,7 @@ class EbsBackend:
             problems = (f"EBS snapshot {ebs_id} of {snapshot_id} is still {state} ({snapshot.get('Progress', '?')})",)
         note = (
             "EC2 reports the snapshot complete; its files are checked against the manifest on restore "
-            f"(restore --from <mount>/{ON_VOLUME_DIR})"
+            f"(restore --location <mount>/{ON_VOLUME_DIR})"
         )
         return VerifyReport(snapshot_id, ebs_id, 0, 0, problems, note)
 

@@ -90,14 +90,14 @@ class LocalBackend:
             except OSError as error:
                 raise SnapshotError(
                     f"snapshot destination {self.root} cannot be created: {error.strerror}",
-                    "pass --to a writable directory (or s3://bucket/prefix)",
+                    "pass --location a writable directory (or s3://bucket/prefix)",
                 ) from error
         if not self.root.is_dir():
-            raise SnapshotError(f"snapshot destination {self.root} is not a directory", "pass --to a directory")
+            raise SnapshotError(f"snapshot destination {self.root} is not a directory", "pass --location a directory")
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise SnapshotError(
                 f"snapshot destination {self.root} is not writable",
-                "fix its permissions or pass --to another directory",
+                "fix its permissions or pass --location another directory",
             )
 
     def _exists(self) -> bool:
@@ -108,7 +108,7 @@ class LocalBackend:
             return False  # the default location before the first snapshot
         what = "is not a directory" if self.root.exists() else "does not exist"
         raise SnapshotError(
-            f"snapshot location {self.root} {what}", "check the path (--from) and that its disk is mounted"
+            f"snapshot location {self.root} {what}", "check the path (--location) and that its disk is mounted"
         )
 
     def _dir(self, snapshot_id: str) -> Path:
@@ -150,7 +150,7 @@ class LocalBackend:
         path = self._dir(snapshot_id) / MANIFEST_NAME
         if not self._exists() or not path.is_file():
             raise SnapshotNotFoundError(
-                f"no snapshot {snapshot_id} in {self.root}", f"see `dedupectl snapshot list --from {self.root}`"
+                f"no snapshot {snapshot_id} in {self.root}", f"see `dedupectl snapshot list --location {self.root}`"
             )
         manifest = Manifest.from_json(path.read_bytes(), str(path))
         if checked:

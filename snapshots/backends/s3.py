@@ -179,7 +179,7 @@ class S3Backend:
             if isinstance(cause, ClientError) and error_code(cause) in {"NoSuchKey", "404"}:
                 raise SnapshotNotFoundError(
                     f"no snapshot {snapshot_id} in {self.describe()}",
-                    f"see `dedupectl snapshot list --from {self.describe()}`",
+                    f"see `dedupectl snapshot list --location {self.describe()}`",
                 ) from error
             raise
         manifest = Manifest.from_json(body, f"s3://{self.bucket}/{key}")

@@ -115,7 +115,7 @@ def test_unknown_config_key(tmp_path):
 
 @pytest.mark.parametrize("args", [["run", "--batch-max-messages", "-5", "-b", "x", "-i", "a", "-o", "b"]])
 def test_invalid_values(args):
-    assert_one_line_error(run_cli(*args), "batch_max_messages must be positive")
+    assert_one_line_error(run_cli(*args), "--batch-max-messages must be positive")
 
 
 def test_topics_create_refuses_mismatched_existing_topic(kafka_broker, unique_name):

@@ -81,8 +81,18 @@ def test_missing_file_and_missing_required_values(tmp_path):
         resolve_worker_config(env={}, flags={"bootstrap_servers": "b", "input_topic": "in"})
     with pytest.raises(ConfigError, match="three different topics"):
         resolve_worker_config(env={}, flags={**BASE, "output_topic": "in"})
-    with pytest.raises(ConfigError, match="batch_max_messages must be positive"):
+    with pytest.raises(ConfigError, match="pass --topic or set input_topic"):
+        resolve_worker_config(env={}, flags={"bootstrap_servers": "b", "output_topic": "out"})
+
+
+def test_a_bad_value_is_named_as_the_operator_gave_it(tmp_path):
+    # a flag by its flag, a variable by its variable, the file by its key
+    with pytest.raises(ConfigError, match=r"^--batch-max-messages must be positive"):
         resolve_worker_config(env={}, flags={**BASE, "batch_max_messages": 0})
+    with pytest.raises(ConfigError, match=r"^DEDUPECTL_MAX_KEYS must be at least 1"):
+        resolve_worker_config(env={"DEDUPECTL_MAX_KEYS": "0"}, flags=BASE)
+    with pytest.raises(ConfigError, match=r"^snapshot_keep must be at least 1"):
+        resolve_worker_config(write(tmp_path, "snapshot_every = '1h'\nsnapshot_keep = 0\n"), {}, BASE)
 
 
 def test_secrets_never_appear_in_the_description(tmp_path):
@@ -114,8 +124,8 @@ def test_the_stop_settings_from_every_source(tmp_path):
     ("env", "message"),
     [
         ({"DEDUPECTL_LEAVE_GROUP_ON_STOP": "maybe"}, "leave_group_on_stop must be bool"),
-        ({"DEDUPECTL_STOP_TIMEOUT": "0"}, "stop_timeout"),
-        ({"DEDUPECTL_STOP_TIMEOUT": "soon"}, "stop_timeout"),
+        ({"DEDUPECTL_STOP_TIMEOUT": "0"}, "DEDUPECTL_STOP_TIMEOUT .0. must be longer"),
+        ({"DEDUPECTL_STOP_TIMEOUT": "soon"}, "DEDUPECTL_STOP_TIMEOUT .soon. is not a duration"),
     ],
 )
 def test_bad_stop_settings_are_refused(env, message):

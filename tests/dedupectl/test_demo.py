@@ -9,8 +9,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+import dedupectl.demo
 from dedupectl.cli.app import app
-from dedupectl.cli.commands import demo as demo_command
 from dedupectl.demo import DemoResult
 from dedupectl.sample_events import SampleReport
 from dedupectl.verify import OutputCheck
@@ -35,7 +35,8 @@ def _result(duplicated: int = 0) -> DemoResult:
 @pytest.fixture
 def demo_result(monkeypatch: pytest.MonkeyPatch):
     holder = {"result": _result()}
-    monkeypatch.setattr(demo_command, "run_demo", lambda *args, **kwargs: holder["result"])
+    # the command imports run_demo when it runs: replaced where it is defined
+    monkeypatch.setattr(dedupectl.demo, "run_demo", lambda *args, **kwargs: holder["result"])
     return holder
 
 

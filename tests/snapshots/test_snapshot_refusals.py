@@ -88,8 +88,11 @@ def test_worker_checks_its_snapshot_options_at_start(cli, tmp_path):
     cases = [
         (["--snapshot-every", "1h", "--snapshot-to", str(missing)], f"--snapshot-to {missing}: snapshot destination"),
         (["--snapshot-every", "1h", "--snapshot-to", "s3:/backups/x"], "is not a valid s3://bucket/prefix"),
-        (["--snapshot-keep", "3"], "snapshot_keep applies to scheduled snapshots, which are off without"),
-        (["--snapshot-to", str(tmp_path)], "snapshot_to applies to scheduled snapshots"),
+        (
+            ["--snapshot-keep", "3"],
+            "--snapshot-keep applies to scheduled snapshots, which are off without --snapshot-every",
+        ),
+        (["--snapshot-to", str(tmp_path)], "--snapshot-to applies to scheduled snapshots"),
     ]
     for extra, message in cases:
         result = cli(*base, *extra)

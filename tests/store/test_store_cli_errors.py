@@ -49,7 +49,7 @@ def _plain_rocksdb(path: Path) -> None:
         (["lookup", "-d", "{data}", "-t", "orders", "x"], "no store of topic 'orders' in {data}: topics there: events"),
         (["window", "-d", "{data}/events-0"], "is a store directory itself: pass its parent as --data-dir"),
         (["age", "-d", "{data}", "--max-bytes", "10XB"], "--max-bytes '10XB' is not a size"),
-        (["age", "-d", "{data}", "--max-keys", "-1"], "max_keys must be a positive whole number, got -1"),
+        (["age", "-d", "{data}", "--max-keys", "-1"], "--max-keys must be a positive whole number, got -1"),
         (["age", "-d", "{data}"], "no bound given: pass --max-keys and/or --max-bytes"),
         (["window", "-d", "{data}", "--min", "a day"], "--min 'a day' is not a duration"),
         (["compactions", "-d", "{data}", "--last", "0"], "--last must be positive"),

@@ -10,7 +10,6 @@ from rich.table import Table
 from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json
 from dedupectl.cli.progress import DemoSteps, ProgressDisplay
-from dedupectl.demo import run_demo
 
 # What each figure is called for people, grouped by where it was counted; --json keeps the field names.
 SECTIONS = (
@@ -83,6 +82,8 @@ def demo(
 
     Example: dedupectl demo --count 200000
     """
+    from dedupectl.demo import run_demo  # the worker, Kafka and RocksDB: only when the demo runs
+
     with ProgressDisplay() as display:
         steps = DemoSteps(display, count)
         result = run_demo(

@@ -6,19 +6,24 @@ A thin shell over ``dedupectl.devbroker``: parse options, call one function, ren
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.options import JsonOption
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import status_line
-from dedupectl.devbroker import DEFAULT_STATE_DIR, BrokerStatus, LocalBroker
-from dedupectl.kafka_jars import ensure_kafka_libs
 
-dev_app = typer.Typer(
-    help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True
-)
-broker_app = typer.Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from dedupectl.devbroker import BrokerStatus
+
+# dedupectl.devbroker (processes, jars, TLS) is imported when a command runs, not for --help; its
+# DEFAULT_STATE_DIR is named here (a test holds the two together)
+DEFAULT_STATE_DIR = Path(".dedupectl") / "broker"
+
+dev_app = Typer(help="Developer tools: a local Kafka broker for demos, tests and benchmarks.", no_args_is_help=True)
+broker_app = Typer(help="Run a single-node Kafka broker (KRaft) on 127.0.0.1.", no_args_is_help=True)
 dev_app.add_typer(broker_app, name="broker")
 
 StateDirOption = typer.Option(
@@ -57,6 +62,8 @@ def start(
 
     Example: eval "$(dedupectl dev broker start | tail -n 1)"
     """
+    from dedupectl.devbroker import LocalBroker
+
     broker = LocalBroker(state_dir, heap_mb=heap_mb, kafka_version=kafka_version, secure=secure or None)
     if json_output:
         broker.start(timeout=timeout)
@@ -85,6 +92,8 @@ def stop(
 
     Example: dedupectl dev broker stop --state-dir .dedupectl/broker
     """
+    from dedupectl.devbroker import LocalBroker
+
     broker = LocalBroker.from_state_dir(state_dir)
     was_running = broker.status().running
     broker.stop(timeout=timeout)
@@ -97,6 +106,8 @@ def status(state_dir: Path = StateDirOption, json_output: bool = JsonOption) -> 
 
     Example: dedupectl dev broker status --json
     """
+    from dedupectl.devbroker import LocalBroker
+
     current = LocalBroker.from_state_dir(state_dir).status()
     if json_output:
         print_json(current)
@@ -115,6 +126,8 @@ def fetch_kafka(
 
     Example: dedupectl dev fetch-kafka --kafka-version 3.9.1
     """
+    from dedupectl.kafka_jars import ensure_kafka_libs
+
     if json_output:
         print_json({"libs_dir": ensure_kafka_libs(kafka_version)})
         return

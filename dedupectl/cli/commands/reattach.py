@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import CheckedDataDirOption, EndpointOption, JsonOption, RegionOption
 from dedupectl.cli.output import err_console, print_json, print_table
-from snapshots.backends import AwsOptions
-from snapshots.reattach import ReattachRequest, Step, reattach_volume
+
+if TYPE_CHECKING:  # snapshots.* load boto3 and RocksDB: imported when the command runs, not for --help
+    from snapshots.reattach import Step
 
 
 def _print_step(step: Step) -> None:
@@ -44,6 +46,9 @@ def reattach(
 
     Example: dedupectl reattach --partition 3 --volume vol-0abc --to-instance i-0def -d /var/lib/dedupectl
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.reattach import ReattachRequest, reattach_volume
+
     request = ReattachRequest(
         partition=partition,
         volume_id=volume,

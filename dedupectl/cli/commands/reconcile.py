@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,22 +12,26 @@ from dedupectl.cli.options import (
     BootstrapOption,
     ConfigDataDirOption,
     ConfigOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_error, print_json, print_table
 from dedupectl.cli.progress import PartitionBars, ProgressDisplay
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
-from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
-from reconcile.gaps import describe as describe_gap
 from reconcile.ranges import FORMS, parse_bound
-from reconcile.report import NO_STORE, PartitionReport, ReconcileReport
-from reconcile.runner import ReconcileRequest, run_reconcile
+
+if TYPE_CHECKING:
+    from reconcile.report import PartitionReport, ReconcileReport
+
+# reconcile.runner and reconcile.gaps load Kafka and RocksDB, reconcile.report the store's codec: imported
+# when the command runs, not for --help
 
 
 def reconcile(
@@ -52,7 +57,8 @@ def reconcile(
     samples: int = typer.Option(10, "--samples", help="Ids shown per kind of difference."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
@@ -66,16 +72,21 @@ def reconcile(
 
     Exit 0: in sync (or repaired); 1: differences left; 2: error.
 
-    Example: dedupectl reconcile -c dedupectl.toml --all --from 2h --jobs 2
+    Example: dedupectl reconcile -c /etc/dedupectl/dedupectl.toml --all --from 2h --jobs 2
     """
+    from reconcile.runner import ReconcileRequest, run_reconcile
+
     setup_logging(log_level)
     if bool(partition) == all_partitions:
-        raise ConfigError("give --partition P (repeatable) or --all", "for example: dedupectl reconcile -p 0 -c …")
+        raise ConfigError(
+            "give --partition P (repeatable) or --all",
+            "with the worker's settings, e.g. dedupectl reconcile --all -t events -o events-deduped -d data",
+        )
     worker_config = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "data_dir": data_dir,
             "kafka": parse_kafka_settings(kafka_setting),
@@ -149,6 +160,8 @@ def _render(report: ReconcileReport) -> None:
 
 
 def _partition_rows(report: ReconcileReport) -> list[tuple]:
+    from reconcile.report import NO_STORE
+
     rows = []
     for p in report.partitions:
         before, after = p.coverage_before.output_offset, p.coverage_after.output_offset
@@ -204,6 +217,9 @@ def _notes(p: PartitionReport) -> list[str]:
 
 
 def _print_output_gaps(report: ReconcileReport) -> None:
+    from reconcile.gaps import RUNBOOK as GAPS_RUNBOOK
+    from reconcile.gaps import describe as describe_gap
+
     for p in report.partitions:
         if p.output_gap is not None:
             console.print(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,6 +15,7 @@ from dedupectl.cli.options import (
     ConfigOption,
     DeadLetterTopicOption,
     GroupIdOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
@@ -22,12 +24,14 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     ValueFormatOption,
     WorkerLogLevelOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.metrics import WorkerMetrics, peak_rss_bytes
-from dedupectl.worker import RunSummary, Worker, stop_on_signals
+
+if TYPE_CHECKING:
+    from dedupectl.worker import RunSummary
 
 log = logging.getLogger("dedupectl.run")
 
@@ -35,7 +39,8 @@ log = logging.getLogger("dedupectl.run")
 def run(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     group_id: str | None = GroupIdOption,
@@ -92,14 +97,18 @@ def run(
     SIGTERM or Ctrl-C finishes the batch in hand, commits it, closes the stores and exits 0; a second one, or
     --stop-timeout running out, ends the worker at once (safe: recovery covers the batch in hand).
 
-    Example: dedupectl run -b 127.0.0.1:9092 -i events -o events-deduped -d /var/lib/dedupectl
+    Example: dedupectl run -b 127.0.0.1:9092 -t events -o events-deduped -d /var/lib/dedupectl
     """
+    # the worker and its metrics load Kafka, RocksDB and Prometheus: only when a worker runs
+    from dedupectl.metrics import WorkerMetrics
+    from dedupectl.worker import Worker, stop_on_signals
+
     setup_logging(log_level)
     worker_config = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,
@@ -152,6 +161,8 @@ def _progress_logger():
 
 
 def _render(summary: RunSummary, json_output: bool) -> None:
+    from dedupectl.metrics import peak_rss_bytes
+
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
     figures = {
         "consumed": summary.consumed,
@@ -168,7 +179,8 @@ def _render(summary: RunSummary, json_output: bool) -> None:
     if json_output:
         print_json(figures)
     else:
-        print_table("dedupectl run", ["figure", "value"], figures.items())
+        # thousands grouped, as in every other table (--json keeps plain numbers)
+        print_table("dedupectl run", ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
 
 
 def register(app: typer.Typer) -> None:

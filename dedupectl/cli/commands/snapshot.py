@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.json_errors import JsonErrorsCommand, json_errors
 from dedupectl.cli.options import (
     DataDirOption,
@@ -16,23 +17,25 @@ from dedupectl.cli.options import (
     RegionOption,
     RestoreDataDirOption,
     StoreTopicOption,
+    given_once,
 )
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.cli.progress import transfers
 from dedupectl.errors import ConfigError
-from snapshots.backends import AwsOptions
-from snapshots.catalog import empty_location_note, list_snapshots, prune_snapshots, require_ok, verify_snapshot
-from snapshots.create import create_snapshots
-from snapshots.restore import restore_snapshot, restore_volume
 from store.sizes import format_duration, format_size, parse_duration
 
-snapshot_app = typer.Typer(
-    help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True
-)
+# snapshots.* load boto3 and RocksDB: each command imports what it uses when it runs, not for --help
 
-FromOption = typer.Option(
-    None, "--from", help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:."
+snapshot_app = Typer(help="Snapshots of partition stores: create, list, verify, restore, prune.", no_args_is_help=True)
+
+# --from and --to are a range of offsets or times (reconcile, trace, audit, replay); a snapshot's place is
+# its --location, and the spellings the snapshot commands shipped with stay accepted, hidden
+LocationOption = typer.Option(
+    None,
+    "--location",
+    help="Where snapshots are: a directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:.",
 )
+FromAliasOption = typer.Option(None, "--from", hidden=True)
 OnePartitionOption = typer.Option(None, "--partition", "-p", help="Only this partition.")
 
 
@@ -42,12 +45,15 @@ def create(
     all_partitions: bool = typer.Option(
         False, "--all", metavar="", help="Snapshot every partition store in the data directory."
     ),
-    to: str | None = typer.Option(
+    location: str | None = typer.Option(
         None,
-        "--to",
+        "--location",
         help="Destination: an existing directory (default <data-dir>/snapshots), s3://bucket/prefix, ebs:vol-….",
     ),
-    mkdir: bool = typer.Option(False, "--mkdir", metavar="", help="Create the --to directory if it does not exist."),
+    to: str | None = typer.Option(None, "--to", hidden=True),
+    mkdir: bool = typer.Option(
+        False, "--mkdir", metavar="", help="Create the --location directory if it does not exist."
+    ),
     data_dir: Path = DataDirOption,
     topic: str | None = StoreTopicOption,
     wait: float = typer.Option(60.0, "--wait", help="Seconds to wait for a live worker to take the checkpoint."),
@@ -59,8 +65,11 @@ def create(
 
     A live worker takes the checkpoint itself between batches; an idle store is checkpointed here.
 
-    Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --to s3://backups/dedupectl
+    Example: dedupectl snapshot create -d /var/lib/dedupectl --partition 3 --location s3://backups/dedupectl
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.create import create_snapshots
+
     with json_errors(json_output), transfers() as progress:
         if bool(partition) == all_partitions:
             raise ConfigError(
@@ -70,7 +79,7 @@ def create(
             data_dir,
             topic=topic,
             partitions=None if all_partitions else list(partition or []),
-            destination=to,
+            destination=given_once(location, to, "--location", "--to"),
             create_destination=mkdir,
             aws=AwsOptions(region=region, endpoint_url=endpoint_url),
             wait_s=wait,
@@ -100,7 +109,8 @@ def create(
 
 @snapshot_app.command("list", cls=JsonErrorsCommand)
 def list_(
-    source: str | None = FromOption,
+    location: str | None = LocationOption,
+    source: str | None = FromAliasOption,
     data_dir: Path = DataDirOption,
     topic: str | None = StoreTopicOption,
     partition: int | None = OnePartitionOption,
@@ -110,8 +120,13 @@ def list_(
 ) -> None:
     """List complete snapshots, oldest first per partition.
 
-    Example: dedupectl snapshot list --from s3://backups/dedupectl --partition 3
+    Example: dedupectl snapshot list --location s3://backups/dedupectl --partition 3
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import empty_location_note, list_snapshots
+
+    source = given_once(location, source, "--location", "--from")
+
     aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     with json_errors(json_output):
         infos = list_snapshots(source, data_dir=data_dir, topic=topic, partition=partition, aws=aws)
@@ -156,7 +171,8 @@ def _state(info) -> str:
 @snapshot_app.command("verify", cls=JsonErrorsCommand)
 def verify(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
-    source: str | None = FromOption,
+    location: str | None = LocationOption,
+    source: str | None = FromAliasOption,
     data_dir: Path = DataDirOption,
     endpoint_url: str | None = EndpointOption,
     region: str | None = RegionOption,
@@ -164,8 +180,13 @@ def verify(
 ) -> None:
     """Re-check every file of a snapshot against its manifest (size and SHA-256); exit 2 naming a bad file.
 
-    Example: dedupectl snapshot verify events-3-20260101T120000.000Z --from s3://backups/dedupectl
+    Example: dedupectl snapshot verify events-3-20260101T120000.000Z --location s3://backups/dedupectl
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import require_ok, verify_snapshot
+
+    source = given_once(location, source, "--location", "--from")
+
     with json_errors(json_output), transfers() as progress:
         report = verify_snapshot(
             source,
@@ -194,7 +215,8 @@ def verify(
 @snapshot_app.command("restore", cls=JsonErrorsCommand)
 def restore(
     snapshot_id: str = typer.Argument(..., help="Snapshot id (see snapshot list)."),
-    source: str | None = FromOption,
+    location: str | None = LocationOption,
+    source: str | None = FromAliasOption,
     data_dir: Path | None = RestoreDataDirOption,
     replace: bool = typer.Option(
         False, "--replace", metavar="", help="Move an existing (stopped) store aside and replace it."
@@ -210,8 +232,13 @@ def restore(
 
     Refuses while a live worker serves the partition; never changes anything when a file is bad.
 
-    Example: dedupectl snapshot restore events-3-20260101T120000.000Z --from s3://backups/dedupectl -d /data
+    Example: dedupectl snapshot restore events-3-20260101T120000.000Z --location s3://backups/dedupectl -d /data
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.restore import restore_snapshot, restore_volume
+
+    source = given_once(location, source, "--location", "--from")
+
     aws = AwsOptions(region=region, endpoint_url=endpoint_url)
     if availability_zone is not None:
         with json_errors(json_output):
@@ -229,7 +256,7 @@ def restore(
                     volume.volume_id,
                     volume.availability_zone,
                     f"attach it (dedupectl reattach --volume {volume.volume_id} …), mount it, then "
-                    f"snapshot restore {snapshot_id} --from <mount>/snapshots",
+                    f"snapshot restore {snapshot_id} --location <mount>/snapshots",
                 )
             ],
             whole=("snapshot", "EBS snapshot", "volume"),
@@ -259,7 +286,8 @@ def restore(
 
 @snapshot_app.command("prune", cls=JsonErrorsCommand)
 def prune(
-    source: str | None = FromOption,
+    location: str | None = LocationOption,
+    source: str | None = FromAliasOption,
     keep: int | None = typer.Option(None, "--keep", help="Keep the newest N snapshots of each partition."),
     older_than: str | None = typer.Option(None, "--older-than", help="Delete snapshots older than this (7d, 12h)."),
     data_dir: Path = DataDirOption,
@@ -276,8 +304,13 @@ def prune(
 
     With both --keep and --older-than, a snapshot goes only when it is beyond the newest N and that old.
 
-    Example: dedupectl snapshot prune --from s3://backups/dedupectl --keep 24 --older-than 7d
+    Example: dedupectl snapshot prune --location s3://backups/dedupectl --keep 24 --older-than 7d
     """
+    from snapshots.backends import AwsOptions
+    from snapshots.catalog import prune_snapshots
+
+    source = given_once(location, source, "--location", "--from")
+
     with json_errors(json_output):
         result = prune_snapshots(
             source,

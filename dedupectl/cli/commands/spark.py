@@ -6,6 +6,7 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -16,6 +17,7 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     GroupIdOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
@@ -23,15 +25,21 @@ from dedupectl.cli.options import (
     OutputTopicOption,
     PartitionsOption,
     ValueFormatOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.cli.progress import JobSteps, ProgressDisplay
 from dedupectl.config import WorkerConfig, resolve_worker_config
-from dedupectl.spark.session import DEFAULT_MASTER, SparkSettings, parse_conf, submit_plan
 from reconcile.ranges import FORMS, parse_bound
 from store.sizes import format_duration, format_size
 
+if TYPE_CHECKING:
+    from dedupectl.spark.session import SparkSettings
+
+# dedupectl.spark.session (and its jars and process helpers) is imported when a job runs, not for --help; its
+# DEFAULT_MASTER is named here (a test holds the two together)
+DEFAULT_MASTER = "local[*]"
 MasterOption = typer.Option(
     DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
 )
@@ -50,6 +58,8 @@ IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (def
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
+    from dedupectl.spark.session import submit_plan
+
     line, redacted = submit_plan(settings, command, sys.argv[1:])
     console.print(line, soft_wrap=True, highlight=False, markup=False)
     if redacted:
@@ -57,6 +67,8 @@ def _print_submit(settings: SparkSettings, command: str) -> None:
 
 
 def _settings(master: str, conf: list[str] | None, app_name: str) -> SparkSettings:
+    from dedupectl.spark.session import SparkSettings, parse_conf
+
     return SparkSettings(master=master, conf=parse_conf(conf), app_name=app_name)
 
 
@@ -65,6 +77,8 @@ def _worker_config(config: Path | None, flags: dict) -> WorkerConfig:
 
 
 def _java_settings(pairs: list[str] | None) -> dict[str, str]:
+    from dedupectl.spark.session import parse_conf
+
     return parse_conf(pairs, "--spark-kafka-option", "security.protocol=SSL")
 
 
@@ -120,7 +134,8 @@ def audit(
     samples: int = typer.Option(5, "--samples", help="Ids shown per kind of violation and partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
@@ -137,7 +152,7 @@ def audit(
     Reads the input and output (Kafka, or archived files) with Spark and compares their ids
     with the worker's own rules for valid ids. Exit 0: exactly once; 1: violations; 2: error.
 
-    Example: dedupectl audit -c dedupectl.toml --from 2026-11-21T00:00Z --to 2026-11-22T00:00Z --window 24h
+    Example: dedupectl audit -c /etc/dedupectl/dedupectl.toml --from 2026-11-21 --to 2026-11-22 --window 24h
     """
     # pyspark is imported only by the Spark commands: every other command starts without it
     from dedupectl.spark.audit import AuditRequest, parse_window
@@ -151,7 +166,7 @@ def audit(
         return
     flags = {
         "bootstrap_servers": bootstrap_servers,
-        "input_topic": input_topic,
+        "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
         "output_topic": output_topic,
         "value_format": value_format,
         "id_field": id_field,
@@ -254,7 +269,8 @@ def replay(
     samples: int = typer.Option(5, "--samples", help="Replayed ids shown per partition."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     group_id: str | None = GroupIdOption,
     value_format: str | None = ValueFormatOption,
@@ -275,7 +291,7 @@ def replay(
     consumed: reported apart, not replayed. Records without a valid id are skipped and counted.
     Exit 0: done; 1: some ids are held by a store; 2: error.
 
-    Example: dedupectl replay -c dedupectl.toml --from 2026-11-21T08:00Z --to 2026-11-21T09:00Z
+    Example: dedupectl replay -c /etc/dedupectl/dedupectl.toml --from 2026-11-21T08:00Z --to 2026-11-21T09:00Z
     """
     from dedupectl.spark.replay import ReplayRequest
     from dedupectl.spark.replay import replay as run
@@ -289,7 +305,7 @@ def replay(
         config,
         {
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "group_id": group_id,
             "value_format": value_format,
@@ -406,7 +422,8 @@ def rebuild(
     ),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
@@ -421,7 +438,7 @@ def rebuild(
     Same ids and sequence order as the worker's store for that output; the worker's recovery
     then reads only the output that came after. Needs the partition's worker stopped.
 
-    Example: dedupectl rebuild -c dedupectl.toml --partition 3
+    Example: dedupectl rebuild -c /etc/dedupectl/dedupectl.toml --partition 3
     """
     from dedupectl.spark.rebuild import RebuildRequest
     from dedupectl.spark.rebuild import rebuild as run
@@ -435,7 +452,7 @@ def rebuild(
         config,
         {
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "data_dir": data_dir,
             "max_keys": max_keys,

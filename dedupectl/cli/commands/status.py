@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich import box
@@ -16,26 +17,25 @@ from rich.text import Text
 from dedupectl.cli.options import (
     BootstrapOption,
     ConfigOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.config import resolve_worker_config
 from dedupectl.errors import ConfigError
-from dedupectl.fleet import (
-    DEFAULT_MAX_LAG,
-    FAILING,
-    LAGGING,
-    FleetProbe,
-    FleetStatus,
-    PartitionStatus,
-    StatusRequest,
-    fleet_status,
-)
 from store.sizes import format_duration, format_size, parse_duration
+
+if TYPE_CHECKING:
+    from dedupectl.fleet import FleetStatus, PartitionStatus, StatusRequest
+
+# dedupectl.fleet loads Kafka and RocksDB: imported when the command runs, not for --help; its
+# DEFAULT_MAX_LAG is named in --max-lag's help (a test holds the two together)
+MAX_LAG_HELP = "More records behind than this: LAGGING (default 1000)."
 
 COLUMNS = ("partition", "owner", "lag", "msg/s", "window", "store", "last commit", "verdict")
 
@@ -56,13 +56,14 @@ def status(
     ),
     minimum: str = typer.Option("24h", "--min", help="The effective window's floor: below it, exit 1."),
     stall: str = typer.Option("5m", "--stall", help="No commit for this long while records wait: STALLED (exit 1)."),
-    max_lag: int = typer.Option(DEFAULT_MAX_LAG, "--max-lag", min=0, help="More records behind than this: LAGGING."),
+    max_lag: int | None = typer.Option(None, "--max-lag", min=0, help=MAX_LAG_HELP),
     watch: bool = typer.Option(False, "--watch", "-w", help="Refresh in place until Ctrl-C."),
     interval: str = typer.Option("5s", "--interval", help="Time between refreshes with --watch."),
     group_id: str | None = typer.Option(None, "--group-id", help="The workers' group (default: dedupectl.<input>)."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     json_output: bool = JsonOption,
@@ -76,15 +77,17 @@ def status(
     Exit 0: no partition fails; 1: a partition is REFUSED, BELOW FLOOR, has NO OWNER, its ENDPOINT DOWN or is
     STALLED; 2: error.
 
-    Example: dedupectl status -c dedupectl.toml -m worker-1:9464 -m worker-2:9464
+    Example: dedupectl status -c /etc/dedupectl/dedupectl.toml -m worker-1:9464 -m worker-2:9464
     """
+    from dedupectl.fleet import DEFAULT_MAX_LAG, StatusRequest, fleet_status
+
     if watch and json_output:
         raise ConfigError("--watch and --json do not go together", "use --json alone, once per look")
     worker = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "group_id": group_id,
             "kafka": parse_kafka_settings(kafka_setting),
@@ -100,7 +103,7 @@ def status(
         metrics=tuple(metrics or ()),
         floor_s=parse_duration(minimum, what="--min"),
         stall_s=parse_duration(stall, what="--stall", positive=True),
-        max_lag=max_lag,
+        max_lag=DEFAULT_MAX_LAG if max_lag is None else max_lag,
     )
     if watch:
         _watch(request, parse_duration(interval, what="--interval", positive=True))
@@ -114,6 +117,8 @@ def status(
 
 
 def _watch(request: StatusRequest, interval_s: float) -> None:
+    from dedupectl.fleet import FleetProbe
+
     with FleetProbe(request) as probe:
         probe.sample()
         try:
@@ -139,6 +144,8 @@ def _as_dict(report: FleetStatus) -> dict:
 
 
 def _verdict(p: PartitionStatus) -> str:
+    from dedupectl.fleet import FAILING, LAGGING
+
     if p.verdict in FAILING:
         return f"[bold red]{p.verdict}[/]"
     return f"[yellow]{p.verdict}[/]" if p.verdict == LAGGING else "[green]ok[/]"
@@ -165,6 +172,8 @@ def _row(p: PartitionStatus) -> list[str]:
 
 
 def _title(report: FleetStatus) -> str:
+    from dedupectl.fleet import FAILING
+
     failing = sum(p.verdict in FAILING for p in report.partitions)
     when = time.strftime("%H:%M:%SZ", time.gmtime(report.taken_at))
     return (

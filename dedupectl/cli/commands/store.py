@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -23,18 +24,21 @@ from dedupectl.cli.options import (
     MaxKeysOption,
     PartitionsOption,
     StoreTopicOption,
+    given_once,
 )
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.cli.progress import status_line
 from dedupectl.errors import ConfigError
-from store.aging import AgingPolicy
 from store.codec import COLUMN_FAMILIES, GAP_RETENTION, OutputGap
-from store.compaction_log import Job, JobFilter, follow_jobs, read_jobs
-from store.inspect_stats import StoreStats, store_stats
-from store.operations import accept_gaps, age_stores, compact_stores, list_sst, lookup_ids
 from store.selection import StoreRef, partitions_without_store, select_stores
 from store.sizes import format_age, format_duration, format_size, parse_duration, parse_size
-from store.window import WindowInfo, read_windows
+
+if TYPE_CHECKING:
+    from store.compaction_log import Job
+    from store.inspect_stats import StoreStats
+    from store.window import WindowInfo
+
+# The store's modules that open RocksDB (rocksdict, numpy) are imported by the command that runs, not by --help.
 
 
 def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[StoreRef]:
@@ -82,6 +86,9 @@ def age(
 
     Example: dedupectl age -d /var/lib/dedupectl --max-bytes 40GiB --dry-run
     """
+    from store.aging import AgingPolicy
+    from store.operations import age_stores
+
     policy = AgingPolicy(
         max_keys=max_keys, max_bytes=None if max_bytes is None else parse_size(max_bytes, what="--max-bytes")
     )
@@ -151,17 +158,21 @@ def window(
     ),
     partition_count: int | None = typer.Option(
         None,
-        "--partitions",
+        "--partition-count",
         min=1,
         help="The topic's partition count: a partition below it with no store here is reported (exit 1).",
     ),
+    partitions: int | None = typer.Option(None, "--partitions", min=1, hidden=True),  # its shipped spelling
     json_output: bool = JsonOption,
 ) -> None:
     """The effective window per partition: the age of its oldest live id, with ids, ids per hour, bytes and
     sequence range.
 
-    Example: dedupectl window -d /var/lib/dedupectl --min 24h --partitions 16
+    Example: dedupectl window -d /var/lib/dedupectl --min 24h --partition-count 16
     """
+    from store.window import read_windows
+
+    partition_count = given_once(partition_count, partitions, "--partition-count", "--partitions")
     floor = None if minimum is None else parse_duration(minimum, what="--min")
     refs = _refs(data_dir, topic, partition)
     infos = read_windows(refs)
@@ -284,6 +295,8 @@ def stats(
 
     Example: dedupectl stats -d /var/lib/dedupectl -p 0
     """
+    from store.inspect_stats import store_stats
+
     results = [store_stats(ref) for ref in _refs(data_dir, topic, partition)]
     if json_output:
         print_json(
@@ -325,6 +338,8 @@ def sst(
 
     Example: dedupectl sst -d /var/lib/dedupectl -p 3 -f ids
     """
+    from store.operations import list_sst
+
     for name in family or []:
         if name not in COLUMN_FAMILIES:
             raise ConfigError(f"unknown family {name!r}", f"use {_FAMILY_NAMES}")
@@ -398,6 +413,8 @@ def compactions(
 
     Example: dedupectl compactions -d /var/lib/dedupectl -p 0 -f ids -k flush --follow
     """
+    from store.compaction_log import JobFilter, follow_jobs, read_jobs
+
     if last <= 0:
         raise ConfigError(f"--last must be positive, got {last}")
     only = JobFilter(families=frozenset(family or ()), kinds=frozenset(kind or ()))
@@ -430,7 +447,7 @@ def compactions(
 
 
 def lookup(
-    ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID..."),
+    ids: list[str] = typer.Argument(..., help="Message ids to look up.", metavar="ID"),
     data_dir: Path = DataDirOption,
     topic: str | None = StoreTopicOption,
     partition: list[int] | None = PartitionsOption,
@@ -440,6 +457,8 @@ def lookup(
 
     Example: dedupectl lookup -d /var/lib/dedupectl ajs-8f3c2e1d0b9a47c6a5d4e3f2a1b0c9d8
     """
+    from store.operations import lookup_ids
+
     results = lookup_ids(_refs(data_dir, topic, partition), ids)
     if json_output:
         print_json(results)
@@ -477,6 +496,8 @@ def compact(
 
     Example: dedupectl compact -d /var/lib/dedupectl -p 0
     """
+    from store.operations import compact_stores
+
     refs = _refs(data_dir, topic, partition)
     with status_line("compacting") as step:
         outcomes = compact_stores(refs, on_store=lambda ref: step(f"compacting partition {ref.partition}"))
@@ -550,6 +571,8 @@ def accept_gap(
 
     Example: dedupectl accept-gap -d /var/lib/dedupectl -p 3 --reason "restored an old snapshot"
     """
+    from store.operations import accept_gaps
+
     outcomes = accept_gaps(_refs(data_dir, topic, partition), reason)
     if json_output:
         print_json(outcomes)

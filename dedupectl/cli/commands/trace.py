@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -14,27 +15,22 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
+    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.config import resolve_worker_config
-from dedupectl.trace import (
-    DEAD_LETTERED,
-    DUPLICATE,
-    NOT_CONSUMED,
-    PUBLISHED,
-    Occurrence,
-    TraceReport,
-    TraceRequest,
-    trace_message,
-)
 from reconcile.ranges import FORMS, parse_bound
 from store.sizes import format_duration
+
+if TYPE_CHECKING:  # dedupectl.trace loads Kafka and RocksDB: imported when the command runs, not for --help
+    from dedupectl.trace import Occurrence, TraceReport
 
 
 def trace(
@@ -54,7 +50,8 @@ def trace(
     group_id: str | None = typer.Option(None, "--group-id", help="The workers' group (default: dedupectl.<input>)."),
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
-    input_topic: str | None = InputTopicOption,
+    topic: str | None = InputTopicOption,
+    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
@@ -67,14 +64,14 @@ def trace(
 
     Reads one partition of the input, the output and the dead-letter topic, and says how much it read.
 
-    Example: dedupectl trace 3f2a-9c1e -c dedupectl.toml --from 2h
+    Example: dedupectl trace 3f2a-9c1e -c /etc/dedupectl/dedupectl.toml --from 2h
     """
     setup_logging(log_level)
     worker = resolve_worker_config(
         config,
         flags={
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": input_topic,
+            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,
@@ -82,6 +79,8 @@ def trace(
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
+    from dedupectl.trace import TraceRequest, trace_message
+
     request = TraceRequest(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
@@ -115,6 +114,8 @@ def _when(timestamp_ms: int | None) -> str:
 
 
 def _what(o: Occurrence) -> str:
+    from dedupectl.trace import DEAD_LETTERED, DUPLICATE, NOT_CONSUMED, PUBLISHED
+
     if o.outcome == PUBLISHED:
         return f"published at output offset {o.output_offset}"
     if o.outcome == DUPLICATE:
