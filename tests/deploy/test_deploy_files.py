@@ -429,6 +429,57 @@ def test_systemd_unit_verifies(tmp_path):
     assert result.stderr.strip() == "" and result.stdout.strip() == "", result.stderr  # not even a warning
 
 
+def _exposure(analyze: str, unit: Path) -> tuple[float, str]:
+    result = subprocess.run(
+        [analyze, "security", "--offline=true", "--no-pager", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d)", result.stdout)
+    assert found, result.stdout + result.stderr
+    return float(found.group(1)), result.stdout
+
+
+def test_systemd_unit_is_sandboxed_below_exposure_5(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian's systemd package): the sandbox is not rated here")
+    unit = tmp_path / "dedupectl@dedup-0.service"
+    unit.write_text(UNIT.read_text())
+    exposure, report = _exposure(analyze, unit)
+    assert exposure < 5, report  # systemd's own scale: 5 and up is "MEDIUM" or worse
+    # the rating is the sandbox's: the same unit without it is rated exposed
+    kept, sandbox = UNIT.read_text().split("# Sandbox:")
+    bare = tmp_path / "bare" / "dedupectl@dedup-0.service"
+    bare.parent.mkdir()
+    bare.write_text(kept + sandbox[sandbox.index("[Install]") :])
+    assert _exposure(analyze, bare)[0] >= 8, "the rating did not notice the sandbox gone"
+    service = _unit()["Service"]
+    assert service["ReadWritePaths"] == ["/var/lib/dedupectl/%i"] and service["ProtectSystem"] == ["strict"]
+    assert service["CapabilityBoundingSet"] == [""] and service["SystemCallFilter"] == ["@system-service"]
+
+
+def test_systemd_restarts_what_a_restart_can_fix():
+    service = _unit()["Service"]
+    (prevented,) = service["RestartPreventExitStatus"]
+    codes = {int(code) for code in prevented.split()}
+    # every code named is one `dedupectl run` documents, and the two a restart may fix are not among them:
+    # 2 (it includes a broker unreachable beyond --broker-retry-for) and 70 (a bug: a crash is safe)
+    run_doc = (ROOT / "docs" / "reference" / "run.md").read_text()
+    documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", run_doc, flags=re.MULTILINE)}
+    assert codes == {3, 74, 77} and codes <= documented and {2, 70} <= documented - codes
+    for code in sorted(codes):
+        assert f"`{code}`" in DEPLOYMENT_DOC.read_text().split("RestartPreventExitStatus")[1]
+
+
+def test_systemd_documentation_is_a_file_the_install_creates():
+    (documentation,) = _unit()["Unit"]["Documentation"]
+    assert documentation.startswith("file://")
+    installed = documentation.removeprefix("file://")
+    doc = DEPLOYMENT_DOC.read_text()
+    install = doc[doc.index("## systemd:") : doc.index("## Kubernetes:")]
+    assert f"docs/reference/deployment-files.md {installed}" in install
+    assert (ROOT / "docs" / "reference" / Path(installed).name).exists()
+
+
 # -- the image -------------------------------------------------------------------------------------------
 
 
