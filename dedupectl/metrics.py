@@ -151,8 +151,9 @@ class WorkerMetrics:
 
     def liveness(self) -> tuple[bool, str]:
         """Whether the loop beat within ``stale_after_s`` (counted from the start until its first beat)."""
-        since = time.monotonic() - (self._last_beat or self._started)
-        what = "the worker's loop last beat" if self._last_beat is not None else "the worker started"
+        beaten = self._last_beat is not None
+        since = time.monotonic() - (self._last_beat if beaten else self._started)
+        what = "the worker's loop last beat" if beaten else "the worker started"
         return since <= self.stale_after_s, f"{what} {since:.1f} s ago (limit {self.stale_after_s:g} s)"
 
     def readiness(self) -> tuple[bool, str]:
