@@ -1,9 +1,12 @@
 """The health endpoints served beside /metrics, over a real HTTP server on 127.0.0.1: /healthz fails once the
-worker's loop stops beating, /readyz holds from the loop's first beat on, and /metrics is still the registry."""
+worker's loop stops beating, /readyz holds from the loop's first beat on, and /metrics is still the registry;
+and a real worker's loop, on the shared broker, is what beats."""
 
 from __future__ import annotations
 
+import re
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +14,7 @@ import urllib.request
 import pytest
 
 from dedupectl.metrics import WorkerMetrics
+from dedupectl.worker import Worker
 from store.errors import ConfigError
 
 STALE_S = 0.5
@@ -83,3 +87,25 @@ def test_a_port_in_use_is_the_operators_to_change(served):
     _, port = served
     with pytest.raises(ConfigError, match="the port is in use by another process"):
         WorkerMetrics().serve(port, "127.0.0.1")
+
+
+def test_a_running_workers_loop_keeps_it_live_and_ready(make_pipeline):
+    pipeline = make_pipeline(partitions=1)
+    metrics = WorkerMetrics(stale_after_s=15)
+    port = metrics.serve(_free_port(), "127.0.0.1")
+    worker, stop = Worker(pipeline.config(), metrics), threading.Event()
+    running = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+    running.start()
+    try:
+        deadline = time.monotonic() + 60
+        while _get(port, "/readyz")[0] != 200:  # its start-up checks, then a maintenance step of its loop
+            assert running.is_alive() and time.monotonic() < deadline, "the worker's loop never beat"
+            time.sleep(0.5)
+        for _ in range(3):  # a maintenance step every 5 s, input or not: never a beat older than that
+            time.sleep(2.5)
+            status, body = _get(port, "/healthz")
+            since = float(re.search(r"last beat ([\d.]+) s ago", body).group(1))
+            assert status == 200 and since < 5 + 3, body  # 3 s for a loaded machine
+    finally:
+        stop.set()
+        running.join(60)
