@@ -1,4 +1,5 @@
-"""Prometheus metrics of the worker, on their own registry (so several workers can live in one process)."""
+"""Prometheus metrics of the worker, on their own registry (so several workers can live in one process), and the
+health endpoints a supervisor probes, served beside them."""
 
 from __future__ import annotations
 
@@ -7,20 +8,31 @@ import errno
 import platform
 import resource
 import shutil
-from collections.abc import Iterable
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from confluent_kafka import libversion
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from dedupectl import __version__
 from store.errors import ConfigError
 
 _LABEL = ("partition",)
+# the loop beats every few seconds; a minute without one is a stall, not a slow batch (a supervisor's probe
+# adds its own tolerance on top)
+STALE_AFTER_S = 60.0
 
 
 class WorkerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, *, stale_after_s: float = STALE_AFTER_S) -> None:
         self.registry = CollectorRegistry()
+        self.stale_after_s = stale_after_s
+        self._started = time.monotonic()
+        self._last_beat: float | None = None
         r = self.registry
         self.consumed = Counter("dedupectl_messages_consumed", "Input records consumed", _LABEL, registry=r)
         self.published = Counter("dedupectl_messages_published", "New records published", _LABEL, registry=r)
@@ -131,6 +143,25 @@ class WorkerMetrics:
         usage = shutil.disk_usage(data_dir)
         self.disk_free.set(usage.free)
         self.disk_size.set(usage.total)
+        self.beat()  # only the worker's loop calls this (its maintenance step, every few seconds)
+
+    def beat(self) -> None:
+        """The worker's loop is alive: /healthz answers 200 for ``stale_after_s`` from now, /readyz from now on."""
+        self._last_beat = time.monotonic()
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the loop beat within ``stale_after_s`` (counted from the start until its first beat)."""
+        beaten = self._last_beat is not None
+        since = time.monotonic() - (self._last_beat if beaten else self._started)
+        what = "the worker's loop last beat" if beaten else "the worker started"
+        return since <= self.stale_after_s, f"{what} {since:.1f} s ago (limit {self.stale_after_s:g} s)"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once the loop has beaten: the start-up checks passed. It stays so through rebalances and stalls
+        (the liveness check's concern), so the held partitions never make it flap."""
+        if self._last_beat is None:
+            return False, "the worker is starting: its loop has not run yet"
+        return True, "the worker's loop is running"
 
     def export_snapshot_failures(self, steps: Iterable[str]) -> None:
         """Export every step's failure count from the start, at 0: an alert on its increase needs the series."""
@@ -145,12 +176,30 @@ class WorkerMetrics:
                 gauge.remove(str(partition))
 
     def serve(self, port: int, host: str) -> int:
-        """Serve /metrics; returns the bound port (useful with port 0)."""
+        """Serve /metrics, /healthz and /readyz on a thread of their own; returns the bound port (for port 0)."""
         try:
-            server, _ = start_http_server(port, addr=host, registry=self.registry)
+            family, *_, address = socket.getaddrinfo(host, port)[0]  # an IPv6 host needs an IPv6 socket
+            server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+            server = make_server(address[0], port, self._app(), server_class, handler_class=_QuietHandler)
         except OSError as error:
             raise _unservable(port, host, error) from error
+        threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
         return server.server_port
+
+    def _app(self) -> Callable:
+        metrics = make_wsgi_app(self.registry)
+        checks = {"/healthz": self.liveness, "/readyz": self.readiness}
+
+        def app(environ, start_response):
+            check = checks.get(environ.get("PATH_INFO", ""))
+            if check is None:
+                return metrics(environ, start_response)
+            ok, reason = check()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")])
+            return [f"{'ok' if ok else 'unhealthy'}: {reason}\n".encode()]
+
+        return app
 
 
 def _unservable(port: int, host: str, error: OSError) -> ConfigError:
@@ -165,6 +214,13 @@ def _unservable(port: int, host: str, error: OSError) -> ConfigError:
         return ConfigError(f"{where}: permission denied", "use a port above 1023, or 0 for a free one")
     reason = error.strerror or str(error)
     return ConfigError(f"{where}: {reason}", "give --metrics-host an address of this machine, or 0.0.0.0")
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Probes and scrapes every few seconds: no access log line for each."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
 
 def peak_rss_bytes() -> int:

@@ -1,17 +1,22 @@
 """The shipped deployment files: the Kubernetes manifests valid against Kubernetes' own schemas (strict:
-an unknown field fails), the systemd unit verified by systemd, the Containerfile linted (hadolint) and
-built where a container builder can run; and what they pass to the worker is what `dedupectl run` takes:
-every flag exists, the configuration and the Secret's variables resolve, the ports, volumes and grace
-periods agree with each other."""
+an unknown field fails) and within the "restricted" Pod Security Standard, the systemd unit verified by
+systemd and sandboxed below exposure 5 by its own rating, the Containerfile linted (hadolint) and built where
+a container builder can run; and what they pass to the worker is what `dedupectl run` takes: every flag
+exists, the configuration and the Secret's variables resolve, the ports, volumes, probes, memory and grace
+periods agree with each other and with the worker."""
 
 from __future__ import annotations
 
 import copy
+import math
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import kubernetes_validate
@@ -19,19 +24,27 @@ import pytest
 import typer.main
 import yaml
 
+from dedupectl import __version__
 from dedupectl.cli.app import app
 from dedupectl.config import resolve_worker_config
+from dedupectl.metrics import WorkerMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
+EXAMPLES = ROOT / "deploy" / "kubernetes-examples"
 UNIT = ROOT / "deploy" / "systemd" / "dedupectl@.service"
 CONTAINERFILE = ROOT / "Containerfile"
+DEPLOYMENT_DOC = ROOT / "docs" / "reference" / "deployment-files.md"
 BASE_IMAGE = "docker.io/library/python:3.11-slim-bookworm"
-HAS_SCHEMA = ("configmap", "secret", "service", "statefulset", "poddisruptionbudget")
+HAS_SCHEMA = ("configmap", "service", "statefulset", "poddisruptionbudget")
 
 
 def _manifest(name: str) -> dict:
     return yaml.safe_load((KUBERNETES / f"{name}.yaml").read_text())
+
+
+def _example_secret() -> dict:
+    return yaml.safe_load((EXAMPLES / "secret.yaml").read_text())
 
 
 def _run_args(args: list[str]) -> dict:
@@ -52,8 +65,12 @@ def _unit() -> dict[str, dict[str, list[str]]]:
     return sections
 
 
+def _pod() -> dict:
+    return _manifest("statefulset")["spec"]["template"]
+
+
 def _container() -> dict:
-    return _manifest("statefulset")["spec"]["template"]["spec"]["containers"][0]
+    return _pod()["spec"]["containers"][0]
 
 
 def _config(tmp_path: Path) -> Path:
@@ -69,6 +86,10 @@ def _config(tmp_path: Path) -> Path:
 def test_manifest_is_valid_kubernetes(name):
     version = kubernetes_validate.utils.latest_version()
     kubernetes_validate.validate(_manifest(name), version, strict=True)
+
+
+def test_example_secret_is_valid_kubernetes():
+    kubernetes_validate.validate(_example_secret(), kubernetes_validate.utils.latest_version(), strict=True)
 
 
 def test_strict_validation_catches_a_misspelt_field():
@@ -111,10 +132,10 @@ def test_statefulset_runs_one_worker_per_pod_on_its_own_volume(tmp_path):
     (config_volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "config"]
     assert config_volume["configMap"]["name"] == _manifest("configmap")["metadata"]["name"]
     assert Path(params["config"]).name in _manifest("configmap")["data"]
-    assert container["envFrom"] == [{"secretRef": {"name": _manifest("secret")["metadata"]["name"]}}]
+    assert container["envFrom"] == [{"secretRef": {"name": _example_secret()["metadata"]["name"]}}]
 
     # what the worker resolves from all of it, as in the pod (the Secret's variables are config fields)
-    env = {**_manifest("secret")["stringData"], "POD_NAME": "dedupectl-0"}
+    env = {**_example_secret()["stringData"], "POD_NAME": "dedupectl-0"}
     flags = {"worker_id": "dedupectl-0", "data_dir": params["data_dir"]}
     config = resolve_worker_config(_config(tmp_path), env=env, flags=flags)
     assert config.kafka.settings["sasl.password"] == env["DEDUPECTL_KAFKA_SASL_PASSWORD"]
@@ -123,8 +144,11 @@ def test_statefulset_runs_one_worker_per_pod_on_its_own_volume(tmp_path):
     # probes, Service and container port are the metrics port the config serves
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports["metrics"] == config.metrics_port and config.metrics_host == "0.0.0.0"
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    # the CA the config names is the file of the CA ConfigMap the pod mounts
+    ca = Path(config.kafka.settings["ssl.ca.location"])
+    (ca_volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "kafka-ca"]
+    assert Path(mounts["kafka-ca"]) == ca.parent and ca_volume["configMap"]["name"] == "dedupectl-kafka-ca"
+    assert "optional" not in ca_volume["configMap"]  # no CA, no start: never a connection that cannot verify
     (service_port,) = _manifest("service")["spec"]["ports"]
     assert service_port["targetPort"] == "metrics"
     # the grace period outlasts a commit the broker may hold for up to the transaction timeout
@@ -133,6 +157,234 @@ def test_statefulset_runs_one_worker_per_pod_on_its_own_volume(tmp_path):
     # and the worker's own stop bound ends a longer stop before the kubelet's SIGKILL
     assert config.stop_timeout < grace
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_no_credentials_in_the_applied_set():
+    # `kubectl apply -f deploy/kubernetes/` must never overwrite the operator's Secret with a placeholder
+    applied = sorted(KUBERNETES.rglob("*.y*ml")) + sorted(KUBERNETES.rglob("*.json"))
+    kinds = [doc["kind"] for path in applied for doc in yaml.safe_load_all(path.read_text()) if doc]
+    assert "Secret" not in kinds and len(kinds) == len(applied)
+    text = "\n".join(path.read_text() for path in applied)
+    assert not re.search(r"(?i)password\s*[:=]\s*\S", text)
+    assert not EXAMPLES.is_relative_to(KUBERNETES)  # not even with `kubectl apply -R`
+    # the example is what the StatefulSet reads, and what the deployment page tells the operator to create
+    assert f"kubectl create secret generic {_example_secret()['metadata']['name']}" in DEPLOYMENT_DOC.read_text()
+
+
+def test_the_secrets_user_is_the_principal_the_acls_name():
+    user = _example_secret()["stringData"]["DEDUPECTL_KAFKA_SASL_USERNAME"]
+    security = (ROOT / "docs" / "reference" / "security.md").read_text()
+    assert f'P="--allow-principal User:{user}"' in security  # the worker's kafka-acls.sh lines
+    assert f'principal="User:{user}"' in security  # and the AdminClient form of them
+
+
+def test_image_is_this_releases_tag():
+    # a fixed tag: a new release changes the pod template, so applying it rolls the pods one by one
+    image = _container()["image"]
+    name, _, tag = image.rpartition(":")
+    assert "/" in name and tag == __version__ and tag != "latest"
+    assert f"dedupectl:{__version__}" in DEPLOYMENT_DOC.read_text()
+
+
+# The input partition count the shipped files are sized for (stated on the deployment page), and what the
+# id filter takes per id of the bound (docs/store.md) and the worker beside its filters (docs/benchmarks.md:
+# 235-240 MB peak RSS with 4 partitions on empty stores; rounded up for larger batches and more partitions).
+PARTITIONS = 16
+FILTER_BYTES_PER_ID = 2.4
+BESIDE_FILTERS = 512 * 2**20
+
+
+def _bytes(quantity: str) -> int:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    number, unit = re.fullmatch(r"(\d+)([KMGT]i)", quantity).groups()
+    return int(number) * units[unit]
+
+
+def test_memory_limit_holds_the_bound_of_every_partition_a_pod_may_hold(tmp_path):
+    config = resolve_worker_config(_config(tmp_path), env={}, flags={"worker_id": "dedupectl-0"})
+    replicas = _manifest("statefulset")["spec"]["replicas"]
+    # a pod gone for longer than the session timeout leaves its partitions to the others
+    most_held = math.ceil(PARTITIONS / (replicas - 1))
+    resources = _container()["resources"]
+    limit = _bytes(resources["limits"]["memory"])
+    assert config.max_keys * FILTER_BYTES_PER_ID * most_held + BESIDE_FILTERS <= limit
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]  # filters are never reclaimed
+    # and the volume holds every partition's store at the most a store takes on disk per id (docs/store.md)
+    storage = _manifest("statefulset")["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]
+    assert config.max_keys * 25 * PARTITIONS <= 0.5 * _bytes(storage["storage"])
+    store_doc = (ROOT / "docs" / "store.md").read_text()
+    assert "2.4 bytes per id of the bound" in store_doc and "at most 25 bytes per id" in store_doc
+    doc = DEPLOYMENT_DOC.read_text()
+    assert f"{PARTITIONS} input partitions" in doc and f"{config.max_keys:,}" in doc
+
+
+def test_probes_ask_the_workers_loop_and_outlast_what_it_rides_out(tmp_path):
+    container = _container()
+    liveness, readiness = container["livenessProbe"], container["readinessProbe"]
+    assert liveness["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert readiness["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    config = resolve_worker_config(_config(tmp_path), env={}, flags={"worker_id": "dedupectl-0"})
+    # the shortest stall that restarts the pod: the endpoint's own limit, then every failure the probe allows
+    stall = WorkerMetrics().stale_after_s + liveness["periodSeconds"] * (liveness["failureThreshold"] - 1)
+    assert stall > config.broker_retry_for + config.transaction_timeout_ms / 1000
+    # the paths are the worker's health checks, not its metrics (which answer any path)
+    metrics = WorkerMetrics()
+    port = metrics.serve(0, "127.0.0.1")
+    for probe, expected in ((liveness, b"ok: "), (readiness, b"unhealthy: ")):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{probe['httpGet']['path']}")
+        try:
+            body = urllib.request.urlopen(request, timeout=5).read()
+        except urllib.error.HTTPError as error:
+            body = error.read()
+        assert body.startswith(expected), body
+
+
+def test_workers_spread_over_nodes():
+    spec = _pod()["spec"]
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    # a preference: with fewer nodes than workers they still all run
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"].items() <= _pod()["metadata"]["labels"].items()
+
+
+# -- the "restricted" Pod Security Standard ----------------------------------------------------------------
+# kubernetes-validate checks schemas only, and no Python library checks a pod against the Pod Security
+# Standards, so the restricted profile's controls are written out here, as Kubernetes documents them
+# (https://kubernetes.io/docs/concepts/security/pod-security-standards/): the baseline's, then the
+# restricted ones.
+
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
+SELINUX_TYPES = {"container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+PROFILE_TYPES = {"RuntimeDefault", "Localhost"}
+
+
+def restricted_violations(template: dict) -> list[str]:
+    """What in a pod template the "restricted" Pod Security Standard forbids; empty when it admits it."""
+    spec, found = template["spec"], []
+    pod = spec.get("securityContext", {})
+    containers = [*spec.get("initContainers", []), *spec.get("containers", []), *spec.get("ephemeralContainers", [])]
+    # baseline: host namespaces, host paths and ports, privilege, /proc, sysctls, SELinux, AppArmor
+    found += [f"{key}: true" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
+    found += [f"sysctl {s['name']}" for s in pod.get("sysctls", []) if s["name"] not in SAFE_SYSCTLS]
+    for volume in spec.get("volumes", []):
+        kinds = set(volume) - {"name"}
+        found += [f"volume {volume['name']}: {kind}" for kind in sorted(kinds - RESTRICTED_VOLUMES)]
+    for key, value in template.get("metadata", {}).get("annotations", {}).items():
+        apparmor = key.startswith("container.apparmor.security.beta.kubernetes.io/")
+        if apparmor and value != "runtime/default" and not value.startswith("localhost/"):
+            found.append(f"AppArmor {value}")
+    if pod.get("seccompProfile", {}).get("type", "RuntimeDefault") not in PROFILE_TYPES:
+        found.append(f"pod seccompProfile {pod['seccompProfile']['type']}")
+    if pod.get("runAsUser") == 0:
+        found.append("pod runAsUser 0")
+    for where in (pod, *(c.get("securityContext", {}) for c in containers)):
+        selinux = where.get("seLinuxOptions", {})
+        if selinux.get("type", "container_t") not in SELINUX_TYPES or {"user", "role"} & set(selinux):
+            found.append(f"seLinuxOptions {selinux}")
+        if where.get("windowsOptions", {}).get("hostProcess"):
+            found.append("hostProcess")
+        if where.get("appArmorProfile", {}).get("type", "RuntimeDefault") not in PROFILE_TYPES:
+            found.append(f"appArmorProfile {where['appArmorProfile']['type']}")
+    for container in containers:
+        name, context = container["name"], container.get("securityContext", {})
+        found += [f"{name}: hostPort {p['hostPort']}" for p in container.get("ports", []) if p.get("hostPort")]
+        if context.get("privileged"):
+            found.append(f"{name}: privileged")
+        if context.get("procMount", "Default") != "Default":
+            found.append(f"{name}: procMount {context['procMount']}")
+        # restricted: no escalation, never root, a seccomp profile, every capability dropped
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{name}: allowPrivilegeEscalation not false")
+        if context.get("runAsNonRoot", pod.get("runAsNonRoot")) is not True:
+            found.append(f"{name}: runAsNonRoot not true")
+        if context.get("runAsUser") == 0:
+            found.append(f"{name}: runAsUser 0")
+        if context.get("seccompProfile", pod.get("seccompProfile", {})).get("type") not in PROFILE_TYPES:
+            found.append(f"{name}: no RuntimeDefault or Localhost seccompProfile")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []):
+            found.append(f"{name}: capabilities not dropping ALL")
+        found += [f"{name}: adds {cap}" for cap in capabilities.get("add", []) if cap != "NET_BIND_SERVICE"]
+    return found
+
+
+def test_pod_is_admitted_by_the_restricted_pod_security_standard():
+    assert restricted_violations(_pod()) == []
+    spec = _pod()["spec"]
+    assert spec["automountServiceAccountToken"] is False  # no API token in a pod that never calls the API
+    # the root filesystem is read-only: what the worker writes is mounted writable
+    assert _container()["securityContext"]["readOnlyRootFilesystem"] is True
+    writable = {m["mountPath"] for m in _container()["volumeMounts"] if not m.get("readOnly")}
+    assert writable == {"/var/lib/dedupectl", "/tmp"}
+    (tmp,) = [v for v in spec["volumes"] if v["name"] == "tmp"]
+    assert "emptyDir" in tmp
+
+
+def _set(path: str, value):
+    def change(template: dict) -> None:
+        *parents, leaf = path.split(".")
+        node = template
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+
+    return change
+
+
+C = "spec.containers.0"
+BREAKS = {
+    "hostNetwork": _set("spec.hostNetwork", True),
+    "hostPID": _set("spec.hostPID", True),
+    "hostIPC": _set("spec.hostIPC", True),
+    "hostPath volume": lambda t: t["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/var"}}),
+    "hostPort": _set(f"{C}.ports.0.hostPort", 9464),
+    "privileged": _set(f"{C}.securityContext.privileged", True),
+    "escalation allowed": _set(f"{C}.securityContext.allowPrivilegeEscalation", None),
+    "root allowed in the container": _set(f"{C}.securityContext.runAsNonRoot", False),
+    "root allowed in the pod": _set("spec.securityContext.runAsNonRoot", None),
+    "uid 0": _set(f"{C}.securityContext.runAsUser", 0),
+    "no seccomp": _set("spec.securityContext.seccompProfile", None),
+    "unconfined seccomp": _set(f"{C}.securityContext.seccompProfile", {"type": "Unconfined"}),
+    "capabilities kept": _set(f"{C}.securityContext.capabilities", None),
+    "capability added": _set(f"{C}.securityContext.capabilities.add", ["SYS_ADMIN"]),
+    "unmasked /proc": _set(f"{C}.securityContext.procMount", "Unmasked"),
+    "unsafe sysctl": _set("spec.securityContext.sysctls", [{"name": "kernel.msgmax", "value": "1"}]),
+    "SELinux type": _set("spec.securityContext.seLinuxOptions", {"type": "spc_t"}),
+    "AppArmor unconfined": _set(f"{C}.securityContext.appArmorProfile", {"type": "Unconfined"}),
+    "hostProcess": _set("spec.securityContext.windowsOptions", {"hostProcess": True}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BREAKS))
+def test_restricted_check_catches(name):
+    broken = copy.deepcopy(_pod())
+    BREAKS[name](broken)
+    assert restricted_violations(broken), f"{name} passed the restricted check"
 
 
 def test_one_disruption_at_a_time_and_labels_that_select_the_workers():
@@ -175,6 +427,57 @@ def test_systemd_unit_verifies(tmp_path):
     result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "" and result.stdout.strip() == "", result.stderr  # not even a warning
+
+
+def _exposure(analyze: str, unit: Path) -> tuple[float, str]:
+    result = subprocess.run(
+        [analyze, "security", "--offline=true", "--no-pager", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    found = re.search(r"Overall exposure level for \S+: (\d+\.\d)", result.stdout)
+    assert found, result.stdout + result.stderr
+    return float(found.group(1)), result.stdout
+
+
+def test_systemd_unit_is_sandboxed_below_exposure_5(tmp_path):
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed (Debian's systemd package): the sandbox is not rated here")
+    unit = tmp_path / "dedupectl@dedup-0.service"
+    unit.write_text(UNIT.read_text())
+    exposure, report = _exposure(analyze, unit)
+    assert exposure < 5, report  # systemd's own scale: 5 and up is "MEDIUM" or worse
+    # the rating is the sandbox's: the same unit without it is rated exposed
+    kept, sandbox = UNIT.read_text().split("# Sandbox:")
+    bare = tmp_path / "bare" / "dedupectl@dedup-0.service"
+    bare.parent.mkdir()
+    bare.write_text(kept + sandbox[sandbox.index("[Install]") :])
+    assert _exposure(analyze, bare)[0] >= 8, "the rating did not notice the sandbox gone"
+    service = _unit()["Service"]
+    assert service["ReadWritePaths"] == ["/var/lib/dedupectl/%i"] and service["ProtectSystem"] == ["strict"]
+    assert service["CapabilityBoundingSet"] == [""] and service["SystemCallFilter"] == ["@system-service"]
+
+
+def test_systemd_restarts_what_a_restart_can_fix():
+    service = _unit()["Service"]
+    (prevented,) = service["RestartPreventExitStatus"]
+    codes = {int(code) for code in prevented.split()}
+    # every code named is one `dedupectl run` documents, and the two a restart may fix are not among them:
+    # 2 (it includes a broker unreachable beyond --broker-retry-for) and 70 (a bug: a crash is safe)
+    run_doc = (ROOT / "docs" / "reference" / "run.md").read_text()
+    documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", run_doc, flags=re.MULTILINE)}
+    assert codes == {3, 74, 77} and codes <= documented and {2, 70} <= documented - codes
+    for code in sorted(codes):
+        assert f"`{code}`" in DEPLOYMENT_DOC.read_text().split("RestartPreventExitStatus")[1]
+
+
+def test_systemd_documentation_is_a_file_the_install_creates():
+    (documentation,) = _unit()["Unit"]["Documentation"]
+    assert documentation.startswith("file://")
+    installed = documentation.removeprefix("file://")
+    doc = DEPLOYMENT_DOC.read_text()
+    install = doc[doc.index("## systemd:") : doc.index("## Kubernetes:")]
+    assert f"docs/reference/deployment-files.md {installed}" in install
+    assert (ROOT / "docs" / "reference" / Path(installed).name).exists()
 
 
 # -- the image -------------------------------------------------------------------------------------------
