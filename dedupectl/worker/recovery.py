@@ -64,7 +64,11 @@ class Recovery:
             nonlocal bounds
             # the first attempt reads from the bounds the wait has just seen; a retry asks for them again
             known, bounds = bounds, None
-            return catch_up(owned.store, self.reader, self.config.output_topic, owned.number, bounds=known)
+            # a long recovery blocks the loop: its batches keep the liveness heartbeat going
+            beat = lambda _scanned, _recorded: self.metrics.beat()  # noqa: E731
+            return catch_up(
+                owned.store, self.reader, self.config.output_topic, owned.number, bounds=known, progress=beat
+            )
 
         try:
             result = self._clients.retrying(attempt, f"recovering partition {owned.number} from the output")

@@ -23,9 +23,9 @@ def _unused_port() -> int:
 def test_a_worker_that_cannot_reach_its_broker_stops_within_seconds(tmp_path, signum):
     log = tmp_path / "worker.log"
     command = [
-        sys.executable, "-m", "dedupectl.cli.app", "run", "-b", f"127.0.0.1:{_unused_port()}", "-i", "events",
-        "-o", "events-deduped", "-d", str(tmp_path / "data"), "--worker-id", "w1", "--group-id", "g1",
-        "--log-level", "info", "--log-format", "text",
+        sys.executable, "-m", "dedupectl.cli.app", "--log-format", "text", "run", "-b", f"127.0.0.1:{_unused_port()}",
+        "-t", "events", "-o", "events-deduped", "-d", str(tmp_path / "data"), "--worker-id", "w1",
+        "--group-id", "g1", "--log-level", "info",
     ]  # fmt: skip
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
