@@ -76,6 +76,7 @@ class Worker:
         )
         self._idle_since: float | None = None
         self._closing = False
+        self._stopping = False  # the loop has ended: what is left is the stop's own work
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -176,14 +177,16 @@ class Worker:
             if on_progress is not None and now - last_report >= 1.0:
                 on_progress(self.summary)
                 last_report = now
+        self._stopping = True
         try:
             pipeline.finish_in_flight()
         except ClientsLost as lost:  # stopping: the next start's recovery settles it, as after a crash
             log.warning("the last transaction's outcome is unknown (%s): the next start recovers it", lost)
 
     def _busy(self) -> bool:
-        """Whether a stop has work in hand to wait for: a transaction, a store being closed, a snapshot."""
-        return self._publisher.open or self._partitions.closing or not self._snapshots.wait(0)
+        """Whether a stop has work in hand to wait for: a transaction, a snapshot being published, or the stop's
+        own steps once the loop has ended (closing the clients and the stores: --stop-timeout bounds them)."""
+        return self._stopping or self._publisher.open or not self._snapshots.wait(0)
 
     def _idle_for(self, now: float, started: float) -> float:
         """Seconds without input since the last batch or assignment; before any assignment the clock only

@@ -47,7 +47,6 @@ class Partitions:
         self._shared_memory = shared_memory(config.memtable_budget)  # for every held store
         self._aging = AgingPolicy(max_keys=config.max_keys, max_bytes=config.max_bytes)
         self.close_failures: list[BaseException] = []  # writes a stop owed and could not make
-        self.closing = False  # a store being closed (its filter saved): a stop waits for it
 
     def get(self, number: int) -> Partition | None:
         return self._held.get(number)
@@ -108,7 +107,6 @@ class Partitions:
             self._close_store(self._held.pop(number).store, closing=True)
 
     def _close_store(self, store: DedupStore, *, closing: bool) -> None:
-        self.closing = True
         try:
             unsaved = store.close()
         except Exception as error:
@@ -117,8 +115,6 @@ class Partitions:
                 raise
             log.warning("store %s was not closed cleanly (%s): its next open recovers it", store.path, error)
             unsaved = error
-        finally:
-            self.closing = False
         # a full or failed volume is the operator's to hear about (exit 74), though the next open needs nothing
         if closing and unsaved is not None and data_dir_fault(unsaved, self.config.data_dir) is not None:
             self.close_failures.append(unsaved)
