@@ -57,7 +57,7 @@ def open_writer(
     if topic is None:
         require_store_dir(path)
     else:
-        _prepare_data_dir(path)
+        require_writable_dir(path.parent)
         if not (path / "CURRENT").exists() and (not path.exists() or not any(path.iterdir())):
             _create(path, StoreIdentity(topic=topic, partition=partition, created_ms=now_ms()))
     names = check_families(path)
@@ -207,17 +207,18 @@ def translate_open_error(path: Path, error: Exception) -> StoreError:
     return StoreError(f"cannot open store {path}: {text.splitlines()[0] if text else error!r}")
 
 
-def _prepare_data_dir(path: Path) -> None:
+def require_writable_dir(directory: Path) -> None:
+    """Make the data directory ``directory`` if it is missing; refuse one that cannot be made or written."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DataDirError(
-            f"cannot create data directory {path.parent}: {error.strerror}",
+            f"cannot create data directory {directory}: {error.strerror}",
             "point --data-dir at a writable directory",
         ) from error
-    if not os.access(path.parent, os.W_OK):
+    if not os.access(directory, os.W_OK):
         raise DataDirError(
-            f"data directory {path.parent} is not writable", "fix its permissions or choose another --data-dir"
+            f"data directory {directory} is not writable", "fix its permissions or choose another --data-dir"
         )
 
 

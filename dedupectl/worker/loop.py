@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +46,7 @@ from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
 from store.codec import StoreState
 from store.damage import translated
 from store.memory import limit_heap_retention, release_free_memory
+from store.opening import require_writable_dir
 
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
@@ -198,16 +198,9 @@ class Worker:
     def _preflight(self) -> None:
         config = self.config
         try:
-            Path(config.data_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise DataDirError(
-                f"cannot create data directory {config.data_dir}: {error.strerror}",
-                "point --data-dir at a writable directory",
-            ) from error
-        if not os.access(config.data_dir, os.W_OK):
-            raise read_only_volume(config.data_dir) or DataDirError(
-                f"data directory {config.data_dir} is not writable", "fix its permissions or choose another --data-dir"
-            )
+            require_writable_dir(Path(config.data_dir))
+        except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
+            raise read_only_volume(config.data_dir) or refused from None
         topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
         needs = {config.input_topic: "Read", config.output_topic: "Write", config.dead_letter_topic: "Write"}
         counts = self._clients.retrying(
