@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.commands.status",
     "dedupectl.cli.commands.trace",
     "dedupectl.cli.commands.store",
+    "dedupectl.cli.commands.gaps",
     "dedupectl.cli.commands.spark",
     "dedupectl.cli.commands.dev",
 )

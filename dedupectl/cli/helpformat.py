@@ -145,6 +145,10 @@ class HelpCommand(HelpText, TyperCommand):
 class HelpGroup(HelpText, TyperGroup):
     """Every group's class: its commands listed each with its whole summary."""
 
+    def format_options(self, ctx: typer.Context, formatter) -> None:
+        HelpText.format_options(self, ctx, formatter)  # click's group lists its commands after its options
+        self.format_commands(ctx, formatter)
+
     def format_commands(self, ctx: typer.Context, formatter) -> None:
         rows = [
             (name, summary(command))

@@ -1,5 +1,5 @@
-"""Store operations: ``age``, ``window``, ``stats``, ``sst``, ``compactions``, ``lookup``, ``compact``,
-``accept-gap``.
+"""Store operations: ``age``, ``window``, ``stats``, ``sst``, ``compactions``, ``lookup``, ``compact``
+(``accept-gap`` is in ``dedupectl.cli.commands.gaps``).
 
 Every command works on the partition stores under ``--data-dir`` (all partitions, or those given with
 ``--partition``); the reading ones never take the worker's lock.
@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
 
+from dedupectl.cli.commands.gaps import print_gaps, when
 from dedupectl.cli.options import (
     DataDirOption,
     JsonOption,
@@ -29,7 +29,7 @@ from dedupectl.cli.options import (
 from dedupectl.cli.output import console, err_console, print_json, print_table
 from dedupectl.cli.progress import status_line
 from dedupectl.errors import ConfigError
-from store.codec import COLUMN_FAMILIES, GAP_RETENTION, OutputGap
+from store.codec import COLUMN_FAMILIES
 from store.selection import StoreRef, partitions_without_store, select_stores
 from store.sizes import format_age, format_duration, format_size, parse_duration, parse_size
 
@@ -43,13 +43,6 @@ if TYPE_CHECKING:
 
 def _refs(data_dir: Path, topic: str | None, partitions: list[int] | None) -> list[StoreRef]:
     return select_stores(data_dir, topic, partitions)
-
-
-def _when(timestamp_ms: int | None) -> str:
-    """A record timestamp to the minute, in UTC: ``2026-11-24 12:30Z`` (--json has the milliseconds)."""
-    if timestamp_ms is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 def _age_seconds(timestamp_ms: int | None) -> float | None:
@@ -217,7 +210,7 @@ def window(
                 "effective-window-below-24h.md",
                 highlight=False,
             )
-        _print_gaps(infos, data_dir)
+        print_gaps(infos, data_dir)
     if below or missing or any(info.refused_gap is not None for info in infos):
         raise typer.Exit(1)
 
@@ -472,7 +465,7 @@ def lookup(
                 "-" if r.partition is None else r.partition,
                 "yes" if r.in_window else "no",
                 _count(r.seq),
-                _when(r.timestamp_ms),
+                when(r.timestamp_ms),
             )
             for r in results
         ],
@@ -521,84 +514,7 @@ def compact(
     )
 
 
-# -- accept-gap ------------------------------------------------------------------------------------------
-
-
-def _gap_text(gap: OutputGap) -> str:
-    if gap.kind == GAP_RETENTION:
-        return f"retention deleted output offsets {gap.covered}-{gap.low - 1}"
-    return f"the output ends at offset {gap.end}, below offset {gap.covered} the store covered"
-
-
-def _print_gaps(infos: Sequence[WindowInfo], data_dir: Path) -> None:
-    """Under the window table: partitions a worker refuses, and the gaps operators accepted."""
-    for info in infos:
-        if info.refused_gap is not None:
-            err_console.print(
-                f"partition {info.partition}: [red]REFUSED[/] by the worker since "
-                f"{_when(info.refused_gap.found_ms)}: {_gap_text(info.refused_gap)}: restore a newer snapshot, "
-                f"rebuild the store, or accept the gap (dedupectl accept-gap -d {escape(str(data_dir))} "
-                f"-t {info.topic} -p {info.partition} --reason …): see docs/runbooks/worker-crashed.md",
-                highlight=False,
-                soft_wrap=True,
-            )
-        if info.accepted_gaps:
-            last = info.accepted_gaps[-1]
-            earlier = f" ({len(info.accepted_gaps) - 1} earlier)" if len(info.accepted_gaps) > 1 else ""
-            err_console.print(
-                f"partition {info.partition}: output gap accepted {_when(last.accepted_ms)} by {escape(last.by)}"
-                f"{earlier}: {_gap_text(last.gap)} ({escape(last.reason)}); ids published in it may be published "
-                "once more",
-                highlight=False,
-                soft_wrap=True,
-            )
-
-
-def accept_gap(
-    data_dir: Path = DataDirOption,
-    topic: str | None = StoreTopicOption,
-    partition: list[int] = typer.Option(
-        ..., "--partition", "-p", help="A partition the worker refused (repeatable; never every partition)."
-    ),
-    reason: str = typer.Option(..., "--reason", help="Why: kept in the store with the gap, who and when."),
-    json_output: bool = JsonOption,
-) -> None:
-    """Accept the output gap a worker refused a partition for; recovery then resumes at the first offset the
-    output holds. Not repeat-safe: ids published in the gap are not in the store, and a later copy of one
-    of them is published once more.
-
-    Prefer restoring a newer snapshot, or rebuilding the store from the output. Needs the worker stopped.
-
-    Example: dedupectl accept-gap -d /var/lib/dedupectl -p 3 --reason "restored an old snapshot"
-    """
-    from store.operations import accept_gaps
-
-    outcomes = accept_gaps(_refs(data_dir, topic, partition), reason)
-    if json_output:
-        print_json(outcomes)
-        return
-    print_table(
-        "output gaps accepted",
-        ["partition", "gap", "covered output offset", "by", "reason"],
-        [
-            (
-                o.partition,
-                _gap_text(o.accepted.gap),
-                f"{o.covered_before} → {o.covered_after}",
-                o.accepted.by,
-                o.accepted.reason,
-            )
-            for o in outcomes
-        ],
-    )
-    err_console.print(
-        "recovery resumes at the covered output offset when the worker starts; ids published in the gap may be "
-        "published once more (`dedupectl window` shows the acceptance)",
-        highlight=False,
-    )
-
-
-COMMANDS: Sequence = (age, window, stats, sst, compactions, lookup, compact, accept_gap)
+COMMANDS: Sequence = (age, window, stats, sst, compactions, lookup, compact)
 
 
 def register(app: typer.Typer) -> None:

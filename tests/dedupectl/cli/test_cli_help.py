@@ -44,6 +44,13 @@ def test_help_reads_at_80_columns(path: tuple[str, ...], leaf: bool) -> None:
     assert not broken, f"a word broken at its hyphen: {broken}"
     if leaf:
         assert re.search(r"Example:\n    [^\n]*dedupectl ", text), "every command shows an example, as a command"
+    else:  # a group lists each of its commands
+        group = typer.main.get_command(app)
+        for name in path:
+            group = group.commands[name]
+        listed = text.split("Commands:", 1)[-1] if "Commands:" in text else ""
+        missing = [name for name, sub in group.commands.items() if not sub.hidden and f"  {name} " not in listed]
+        assert not missing, f"commands missing from the help: {missing}"
 
 
 def test_flags_show_no_value() -> None:
