@@ -109,7 +109,8 @@ def main() -> None:
             data_dir = data / f"data-{name}"
             if prefilled:
                 linked_copy(prefilled_dir, data_dir)
-            command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-t", "in"]
+            topic = ["-i", "in"] if checkout is not None else ["-t", "in"]  # an earlier build's spelling
+            command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, *topic]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
             if prefilled:  # a bound that holds the prefill and the run's ids: nothing ages, as on the empty stores
