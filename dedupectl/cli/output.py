@@ -8,6 +8,7 @@ import sys
 import textwrap
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, is_dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -135,3 +136,10 @@ def _header(column: str, width: int) -> str:
 def print_error(message: str) -> None:
     # escape: messages quote config like "[kafka]", which rich would otherwise eat as markup
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def when(timestamp_ms: int | None) -> str:
+    """A record timestamp to the minute, in UTC: ``2026-11-24 12:30Z`` (--json has the milliseconds)."""
+    if timestamp_ms is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%MZ")

@@ -4,7 +4,6 @@ gaps operators accepted."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,19 +11,12 @@ import typer
 from rich.markup import escape
 
 from dedupectl.cli.options import DataDirOption, JsonOption, StoreTopicOption
-from dedupectl.cli.output import err_console, print_json, print_table
+from dedupectl.cli.output import err_console, print_json, print_table, when
 from store.codec import GAP_RETENTION, OutputGap
 from store.selection import select_stores
 
 if TYPE_CHECKING:
     from store.window import WindowInfo
-
-
-def when(timestamp_ms: int | None) -> str:
-    """A record timestamp to the minute, in UTC: ``2026-11-24 12:30Z`` (--json has the milliseconds)."""
-    if timestamp_ms is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 def gap_text(gap: OutputGap) -> str:

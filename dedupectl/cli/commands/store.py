@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.markup import escape
 
-from dedupectl.cli.commands.gaps import print_gaps, when
+from dedupectl.cli.commands.gaps import print_gaps
 from dedupectl.cli.options import (
     DataDirOption,
     JsonOption,
@@ -26,7 +26,7 @@ from dedupectl.cli.options import (
     StoreTopicOption,
     given_once,
 )
-from dedupectl.cli.output import console, err_console, print_json, print_table
+from dedupectl.cli.output import console, err_console, print_json, print_table, when
 from dedupectl.cli.progress import status_line
 from dedupectl.errors import ConfigError
 from store.codec import COLUMN_FAMILIES
