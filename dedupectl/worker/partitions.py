@@ -26,6 +26,7 @@ from store.window import effective_window_seconds
 from store.worker_status import remove_status, status_path, write_status
 
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
+NOTHING_TO_READ = "no output records to read"  # one wording for an empty stretch, at start and after recovery
 
 
 @dataclass
@@ -145,6 +146,9 @@ class Partitions:
             if bounds.low > 0
             else ""
         )
+        if bounds.end <= bounds.low:
+            log.info("partition %d starts from %s: %s (the output partition is empty)", partition, how, NOTHING_TO_READ)
+            return
         log.info(
             "partition %d starts from %s: recovery reads the whole output partition, offsets %d..%d (%d)%s",
             partition,

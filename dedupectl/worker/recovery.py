@@ -14,10 +14,10 @@ from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError, OutputGapError
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, produce_when_room
-from dedupectl.worker.partitions import Partition
+from dedupectl.worker.partitions import NOTHING_TO_READ, Partition
 from dedupectl.worker.summary import RunSummary
 from reconcile.broker_retry import describe
-from reconcile.recovery import catch_up
+from reconcile.recovery import CatchUpResult, catch_up
 from reconcile.scan import OffsetBounds, OutputReader
 from store.codec import StoreState
 
@@ -80,14 +80,7 @@ class Recovery:
         self.metrics.recovered.labels(str(owned.number)).inc(result.recorded)
         self.metrics.recovery_offsets.labels(str(owned.number)).set(result.end_offset - max(result.start_offset, 0))
         self.metrics.recovery_seconds.labels(str(owned.number)).set(time.monotonic() - began)
-        log.info(
-            "partition %d recovered: read output offsets %d..%d (%d records), recorded %d missing ids",
-            owned.number,
-            result.start_offset,
-            result.end_offset,
-            result.scanned,
-            result.recorded,
-        )
+        log.info("%s", recovered_line(owned.number, result))
 
     def _await_settled_output(self, partition: int) -> OffsetBounds:
         """Wait until no transaction is open on the output partition before recovery reads it; return its
@@ -210,3 +203,13 @@ class Recovery:
                 raise
             log.debug("offsets of the aborting transaction refused (%s): aborting it", describe(error))
         retrying(lambda: producer.abort_transaction(config.kafka.timeout_s), "aborting the transaction")
+
+
+def recovered_line(partition: int, result: CatchUpResult) -> str:
+    """The log line of a finished recovery; with nothing to read, the same words as an empty store's start."""
+    if result.end_offset <= result.start_offset:
+        return f"partition {partition} recovered: {NOTHING_TO_READ} past what its store covers"
+    return (
+        f"partition {partition} recovered: read output offsets {result.start_offset}..{result.end_offset} "
+        f"({result.scanned} records), recorded {result.recorded} missing ids"
+    )
