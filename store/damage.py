@@ -101,3 +101,26 @@ def scan(
         check_ended(it)
     finally:
         del it
+
+
+def scan_chunks(
+    family: Rdict, from_key: bytes, read: ReadOptions, size: int
+) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    """``scan`` a chunk at a time, as ``(keys, values)`` of up to ``size`` entries: the loop of a whole-family
+    read (a filter's build, a restart's read back), where a generator step per entry is most of the cost."""
+    it = family.iter(read)
+    try:
+        with translated():
+            it.seek(from_key)
+        valid, key, value, step = it.valid, it.key, it.value, it.next
+        while valid():
+            keys: list[bytes] = []
+            values: list[bytes] = []
+            while len(keys) < size and valid():
+                keys.append(key())
+                values.append(value())
+                step()
+            yield keys, values
+        check_ended(it)
+    finally:
+        del it, valid, key, value, step

@@ -6,13 +6,14 @@ iterator's status at the end (``store.damage.scan``), so a damaged block is refu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from itertools import compress
 
 import numpy as np
 from rocksdict import ReadOptions
 
 from store import generation_arrays as arrays_files
 from store.codec import IDS_LOWER, IDS_UPPER
-from store.damage import scan
+from store.damage import scan, scan_chunks
 from store.generations import Generation, Generations, ScanPoint
 from store.id_filter import body_hashes, key_hashes
 
@@ -43,18 +44,25 @@ def id_hashes(generations: Generations, low: int, high: int) -> Iterator[tuple[n
             for firsts, seconds, seqs in arrays.columns(SCAN_CHUNK):
                 live = (seqs >= low) & (seqs < high)
                 yield body_hashes(arrays.prefix, firsts[live], seconds[live]), seqs[live]
-        keys: list[bytes] = []
-        seqs: list[int] = []
-        for key, value in scan(generation.family, IDS_LOWER, read):
-            seq = int.from_bytes(value, "big")
-            if value and low <= seq < high:  # an empty value: an id forgotten
-                keys.append(key)
-                seqs.append(seq)
-            if len(keys) >= SCAN_CHUNK:
-                yield key_hashes(keys), np.asarray(seqs, np.int64)
-                keys, seqs = [], []
-        if keys:
-            yield key_hashes(keys), np.asarray(seqs, np.int64)
+        for keys, values in scan_chunks(generation.family, IDS_LOWER, read, SCAN_CHUNK):
+            seqs = _seqs_of(values)
+            live = (seqs >= low) & (seqs < high)  # a forgotten id's empty value reads as -1
+            if live.any():
+                yield key_hashes(list(compress(keys, live.tolist()))), seqs[live]
+
+
+def _seqs_of(values: list[bytes]) -> np.ndarray:
+    """The numbers of an ids family's values (big-endian, as wide as each needed), -1 for an empty one (an id
+    forgotten); a byte position at a time for the whole chunk, not an ``int.from_bytes`` per id."""
+    lengths = np.fromiter(map(len, values), np.int64, len(values))
+    data = np.frombuffer(b"".join(values), np.uint8).astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    seqs = np.zeros(len(values), np.int64)
+    for at in range(int(lengths.max(initial=0))):
+        wider = lengths > at
+        seqs[wider] = (seqs[wider] << 8) | data[starts[wider] + at]
+    seqs[lengths == 0] = -1
+    return seqs
 
 
 def _scan_part(
