@@ -125,11 +125,15 @@ def is_authorization_error(error: KafkaError | None) -> bool:
     return error is not None and error.code() in AUTHORIZATION_RESOURCES
 
 
-def permission_denied(operation: str, resource: str, name: str, detail: str) -> PermissionDeniedError:
-    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``."""
+def permission_denied(
+    operation: str, resource: str, name: str, detail: str, *, prefix: str | None = None
+) -> PermissionDeniedError:
+    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``; with a
+    ``prefix``, the ACL to grant is the prefixed one that covers ``name`` and its siblings."""
+    grant = f"{resource} {name!r}" if prefix is None else f"{resource}s prefixed {prefix!r} (a prefixed ACL)"
     return PermissionDeniedError(
         f"Kafka denied this client {operation} on {resource} {name!r} ({detail})",
-        f"grant its principal an ACL allowing {operation} on {resource} {name!r} (the ACLs of each command: "
+        f"grant its principal an ACL allowing {operation} on {grant} (the ACLs of each command: "
         f"{SECURITY_DOC}), then run it again",
     )
 

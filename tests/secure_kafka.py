@@ -86,6 +86,16 @@ def reconcile_acls(output_topic: str) -> list[Acl]:
     return [Acl("READ", "topic", output_topic), Acl("DESCRIBE", "group", SCAN_GROUP)]
 
 
+def status_acls(input_topic: str, output_topic: str, group_id: str) -> list[Acl]:
+    """status describes both topics (partition counts, end offsets) and the workers' group (owners, committed
+    offsets)."""
+    return [
+        Acl("DESCRIBE", "topic", input_topic),
+        Acl("DESCRIBE", "topic", output_topic),
+        Acl("DESCRIBE", "group", group_id),
+    ]
+
+
 def audit_acls(input_topic: str, output_topic: str) -> list[Acl]:
     """audit reads both topics (the driver for offsets and times, Spark's executors for the records)."""
     return [Acl("READ", "topic", input_topic), Acl("READ", "topic", output_topic)]
