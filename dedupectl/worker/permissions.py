@@ -49,7 +49,9 @@ def _fetch_at(reader: OutputReader, topic: str, offset: int) -> None:
         return
 
 
-def _require(operations: tuple[str, ...], resource: str, name: str, allowed: set[str]) -> None:
+def _require(operations: tuple[str, ...], resource: str, name: str, allowed: set[str] | None) -> None:
+    if allowed is None:  # a broker that does not say: the operations are proven when first used
+        return
     for operation in operations:
         if operation.upper() not in allowed:
             listed = ", ".join(sorted(allowed)) or "nothing"
@@ -57,7 +59,7 @@ def _require(operations: tuple[str, ...], resource: str, name: str, allowed: set
             raise permission_denied(operation, resource, name, detail)
 
 
-def _topic_operations(config: WorkerConfig, admin: AdminClient) -> Mapping[str, set[str]]:
+def _topic_operations(config: WorkerConfig, admin: AdminClient) -> Mapping[str, set[str] | None]:
     names = list(topic_operations(config))
     futures = admin.describe_topics(
         TopicCollection(names), include_authorized_operations=True, request_timeout=config.kafka.timeout_s
@@ -65,15 +67,16 @@ def _topic_operations(config: WorkerConfig, admin: AdminClient) -> Mapping[str, 
     return {name: _allowed(futures[name], "topic", name, "Describe") for name in names}
 
 
-def _group_operations(config: WorkerConfig, admin: AdminClient) -> set[str]:
+def _group_operations(config: WorkerConfig, admin: AdminClient) -> set[str] | None:
     futures = admin.describe_consumer_groups(
         [config.group_id], include_authorized_operations=True, request_timeout=config.kafka.timeout_s
     )
     return _allowed(futures[config.group_id], "group", config.group_id, "Read")
 
 
-def _allowed(future, resource: str, name: str, needed: str) -> set[str]:
-    """The operations the authorizer allows on one resource; a refusal to describe it names what is needed."""
+def _allowed(future, resource: str, name: str, needed: str) -> set[str] | None:
+    """The operations the authorizer allows on one resource (None: the broker did not say); a refusal to
+    describe it names what is needed."""
     try:
         described = future.result()
     except KafkaException as error:
@@ -81,5 +84,6 @@ def _allowed(future, resource: str, name: str, needed: str) -> set[str]:
         if found is not None and found.code() in AUTHORIZATION_RESOURCES:
             raise permission_denied(needed, resource, name, found.str()) from error
         raise
-    operations = described.authorized_operations or ()
-    return {operation.name for operation in operations if isinstance(operation, AclOperation)}
+    if described.authorized_operations is None:
+        return None
+    return {op.name for op in described.authorized_operations if isinstance(op, AclOperation)}
