@@ -24,6 +24,7 @@ from dedupectl.errors import DedupeError
 COMMAND_MODULES = (
     "dedupectl.cli.commands.run",
     "dedupectl.cli.commands.topics",
+    "dedupectl.cli.commands.security",
     "dedupectl.cli.commands.demo",
     "dedupectl.cli.commands.snapshot",
     "dedupectl.cli.commands.reattach",
