@@ -140,7 +140,12 @@ class WorkerConfig:
     def transactional_id(self) -> str:
         # Stable across restarts: a restarted worker fences its previous incarnation at once and aborts its
         # open transaction, instead of waiting out transaction.timeout.ms.
-        return f"dedupectl-{self.group_id}-{self.worker_id}"
+        return f"{self.transactional_id_prefix}{self.worker_id}"
+
+    @property
+    def transactional_id_prefix(self) -> str:
+        """What every worker of the group's transactional id starts with: the name of its prefixed ACL."""
+        return f"dedupectl-{self.group_id}-"
 
     def describe(self) -> dict[str, Any]:
         """A JSON-friendly view with secrets redacted."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -19,12 +20,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from reconcile.errors import AuthenticationError, BrokerUnavailableError, PermissionDeniedError, TopicError
+from reconcile.handshake import SECURITY_DOC, HandshakeWatch
 from store.errors import ConfigError
 
 librdkafka_log = logging.getLogger("dedupectl.librdkafka")
 
 _SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|oauthbearer\.config|sasl\.jaas)", re.IGNORECASE)
 REDACTED = "***"
+HANDSHAKE_CHECK_S = 0.5  # how often a call waiting for a broker looks for a refused handshake
 
 
 def redact(settings: Mapping[str, Any]) -> dict[str, Any]:
@@ -62,16 +65,12 @@ def build_client(kind: type, settings: Mapping[str, Any]) -> Any:
 
 
 class _CheckedAdmin(AdminClient):
-    """An AdminClient that keeps the TLS and SASL failures librdkafka reports as error events: the call that
+    """An AdminClient that watches its handshakes with the brokers (``reconcile.handshake``): the call that
     failed meanwhile only says the broker was not reached."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        self.rejections: list[str] = []
-        super().__init__({**settings, "error_cb": self._note})
-
-    def _note(self, error: KafkaError) -> None:
-        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-            self.rejections.append(error.str())
+        self.watch = HandshakeWatch()
+        super().__init__({**settings, **self.watch.settings()})
 
 
 def admin_client(kafka: KafkaConfig) -> AdminClient:
@@ -82,14 +81,8 @@ def rejected(kafka: KafkaConfig, admin: AdminClient) -> AuthenticationError | No
     """The broker refused this client's credentials or TLS: retrying will not help, the operator must act."""
     if not isinstance(admin, _CheckedAdmin):
         return None
-    admin.poll(0.2)  # serves the error events of the failed call
-    if not admin.rejections:
-        return None
-    return AuthenticationError(
-        f"Kafka at {kafka.bootstrap_servers} refused this client's connection ({admin.rejections[-1]})",
-        "check security.protocol, the SASL user and password or the client certificate, and ssl.ca.location "
-        f"({SECURITY_DOC})",
-    )
+    admin.poll(0.1)  # serves the error events and log lines of the failed call
+    return None if admin.watch.fault is None else admin.watch.fault.error(kafka.bootstrap_servers)
 
 
 def make_consumer(kafka: KafkaConfig, **extra: Any) -> Consumer:
@@ -106,13 +99,17 @@ def unreachable(kafka: KafkaConfig, detail: str) -> BrokerUnavailableError:
 def cluster_metadata(kafka: KafkaConfig, admin: AdminClient | None = None) -> ClusterMetadata:
     """Metadata for all topics, or a BrokerError within ``kafka.timeout_s``."""
     admin = admin or admin_client(kafka)
-    try:
-        return admin.list_topics(timeout=kafka.timeout_s)
-    except KafkaException as error:
-        refused = rejected(kafka, admin)
-        if refused is not None:
-            raise refused from error
-        raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
+    deadline = time.monotonic() + kafka.timeout_s
+    while True:  # in slices: a refused handshake is reported at once, not after the whole timeout
+        left = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(min(HANDSHAKE_CHECK_S, left), 0.01))
+        except KafkaException as error:
+            refused = rejected(kafka, admin)
+            if refused is not None:
+                raise refused from error
+            if time.monotonic() >= deadline:
+                raise unreachable(kafka, error.args[0].str() if error.args else str(error)) from error
 
 
 # What each authorization failure is about, for the one line that names the missing ACL.
@@ -122,18 +119,21 @@ AUTHORIZATION_RESOURCES = {
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
 }
-SECURITY_DOC = "docs/reference/security.md"
 
 
 def is_authorization_error(error: KafkaError | None) -> bool:
     return error is not None and error.code() in AUTHORIZATION_RESOURCES
 
 
-def permission_denied(operation: str, resource: str, name: str, detail: str) -> PermissionDeniedError:
-    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``."""
+def permission_denied(
+    operation: str, resource: str, name: str, detail: str, *, prefix: str | None = None
+) -> PermissionDeniedError:
+    """The one-line error of a missing ACL: ``operation`` (Read, Write…) on ``resource`` ``name``; with a
+    ``prefix``, the ACL to grant is the prefixed one that covers ``name`` and its siblings."""
+    grant = f"{resource} {name!r}" if prefix is None else f"{resource}s prefixed {prefix!r} (a prefixed ACL)"
     return PermissionDeniedError(
         f"Kafka denied this client {operation} on {resource} {name!r} ({detail})",
-        f"grant its principal an ACL allowing {operation} on {resource} {name!r} (the ACLs of each command: "
+        f"grant its principal an ACL allowing {operation} on {grant} (the ACLs of each command: "
         f"{SECURITY_DOC}), then run it again",
     )
 

@@ -26,11 +26,11 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from dedupectl.acls import role_acls as product_role_acls
 from dedupectl.config import KafkaConfig
 from dedupectl.devbroker import LocalBroker
 from dedupectl.devbroker_security import add_scram_user
 from dedupectl.kafka_clients import create_topics
-from reconcile.scan import SCAN_GROUP
 
 RESOURCES = {
     "topic": ResourceType.TOPIC,
@@ -67,44 +67,47 @@ class Acl:
         return f"{self.operation} on {self.resource} {self.name}{'*' if self.prefixed else ''}"
 
 
+def role_acls(role: str, **names: str) -> list[Acl]:
+    """A role's ACLs as ``dedupectl security grant`` creates them (``dedupectl.acls``, the table security.md
+    is checked against), in the table's order."""
+    return [
+        Acl(acl.operation.upper(), acl.resource.replace(" ", "-"), acl.name, acl.prefixed)
+        for acl in product_role_acls(role, "User:tests", names)
+    ]
+
+
 def worker_acls(input_topic: str, output_topic: str, dead_letter_topic: str, group_id: str) -> list[Acl]:
     """The worker's least privilege: read the input, read (recovery) and write the output, write dead letters,
     its group, and its transactional ids (``dedupectl-<group_id>-<worker_id>``: a prefix for all workers)."""
-    return [
-        Acl("READ", "topic", input_topic),
-        Acl("READ", "topic", output_topic),
-        Acl("WRITE", "topic", output_topic),
-        Acl("WRITE", "topic", dead_letter_topic),
-        Acl("READ", "group", group_id),
-        Acl("WRITE", "transactional-id", f"dedupectl-{group_id}-", prefixed=True),
-        Acl("DESCRIBE", "group", SCAN_GROUP),
-    ]
+    names = {"input_topic": input_topic, "output_topic": output_topic, "dead_letter_topic": dead_letter_topic}
+    return role_acls("worker", **names, group=group_id)
 
 
 def reconcile_acls(output_topic: str) -> list[Acl]:
     """Reconcile reads the output topic, nothing else on Kafka."""
-    return [Acl("READ", "topic", output_topic), Acl("DESCRIBE", "group", SCAN_GROUP)]
+    return role_acls("reconcile", output_topic=output_topic)
+
+
+def status_acls(input_topic: str, output_topic: str, group_id: str) -> list[Acl]:
+    """status describes both topics (partition counts, end offsets) and the workers' group."""
+    return role_acls("status", input_topic=input_topic, output_topic=output_topic, group=group_id)
 
 
 def audit_acls(input_topic: str, output_topic: str) -> list[Acl]:
     """audit reads both topics (the driver for offsets and times, Spark's executors for the records)."""
-    return [Acl("READ", "topic", input_topic), Acl("READ", "topic", output_topic)]
+    return role_acls("audit", input_topic=input_topic, output_topic=output_topic)
 
 
 def replay_acls(input_topic: str, output_topic: str) -> list[Acl]:
     """replay reads both topics, reads the worker group's committed offsets (ids past them are not consumed
     yet) and re-drives what the output lacks into the input (idempotent producer)."""
-    return [
-        Acl("READ", "topic", input_topic),
-        Acl("READ", "topic", output_topic),
-        Acl("WRITE", "topic", input_topic),
-        Acl("DESCRIBE", "group", f"dedupectl.{input_topic}"),  # the worker's default group_id
-    ]
+    group = f"dedupectl.{input_topic}"  # the worker's default group_id
+    return role_acls("replay", input_topic=input_topic, output_topic=output_topic, group=group)
 
 
 def rebuild_acls(input_topic: str, output_topic: str) -> list[Acl]:
     """rebuild reads the output; of the input it needs only the partition count."""
-    return [Acl("READ", "topic", output_topic), Acl("DESCRIBE", "topic", input_topic)]
+    return role_acls("rebuild", input_topic=input_topic, output_topic=output_topic)
 
 
 @dataclass(frozen=True)

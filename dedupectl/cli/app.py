@@ -16,7 +16,7 @@ import typer
 import dedupectl
 from dedupectl.cli.helpformat import Typer
 from dedupectl.cli.json_errors import error_object
-from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, setup_logging, use_log_format
+from dedupectl.cli.logs import LOG_FORMAT_ENV, LogFormat, error_event, setup_logging, use_log_format
 from dedupectl.cli.output import print_error, print_json
 from dedupectl.errors import DedupeError
 
@@ -24,6 +24,7 @@ from dedupectl.errors import DedupeError
 COMMAND_MODULES = (
     "dedupectl.cli.commands.run",
     "dedupectl.cli.commands.topics",
+    "dedupectl.cli.commands.security",
     "dedupectl.cli.commands.demo",
     "dedupectl.cli.commands.snapshot",
     "dedupectl.cli.commands.reattach",
@@ -99,6 +100,12 @@ def _fail(error: BaseException, line: str, exit_code: int) -> None:
     """The one line on stderr (with --json, the error object on stdout too, unless the command printed it)."""
     if _json_asked() and not getattr(error, "json_printed", False):
         print_json(error_object(error))
+    traceback_text = "".join(traceback.format_exception(error)) if _state["debug"] else None
+    event = error_event(line, error_object(error)["error"], traceback_text)
+    if event is not None:  # --log-format json: the line is one more object among the logs, on stderr
+        sys.stderr.write(event + "\n")
+        sys.stderr.flush()
+        sys.exit(exit_code)
     print_error(line)
     _traceback_if_debug(error)
     sys.exit(exit_code)

@@ -4,7 +4,7 @@
 - ``text``: one line per event, never wrapped, so a runbook's grep finds it whole under systemd, Kubernetes
   or a pipe: ``2026-11-24T12:30:08.123Z INFO dedupectl.worker: partition 0 recovered: …``;
 - ``json``: one object per line for log shippers: ``time``, ``level``, ``logger``, ``message`` (and
-  ``exception`` when there is one).
+  ``exception`` when there is one); a failed command's last line too (``error_event``).
 """
 
 from __future__ import annotations
@@ -70,6 +70,19 @@ class StderrHandler(logging.StreamHandler):
     @property
     def stream(self):
         return sys.stderr
+
+
+def error_event(line: str, error: dict, exception: str | None = None) -> str | None:
+    """A failed command's last line as a log event, with ``--log-format json`` (else None: the plain line):
+    ``message`` is the line, ``error`` its parts (as ``--json`` prints them), ``exception`` the traceback."""
+    if _chosen["format"] is not LogFormat.JSON:
+        return None
+    record = logging.LogRecord("dedupectl", logging.ERROR, __file__, 0, line, None, None)
+    event = {"time": UtcTimes().formatTime(record), "level": "ERROR", "logger": "dedupectl", "message": line}
+    event["error"] = error
+    if exception:
+        event["exception"] = exception
+    return json.dumps(event, ensure_ascii=False)
 
 
 def use_log_format(log_format: LogFormat) -> None:

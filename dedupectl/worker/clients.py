@@ -158,7 +158,8 @@ class Clients:
         if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
             return permission_denied("Read", "group", config.group_id, error.str())
         if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-            return permission_denied("Write", "transactional id", config.transactional_id, error.str())
+            prefix = config.transactional_id_prefix  # one prefixed ACL covers every worker of the group
+            return permission_denied("Write", "transactional id", config.transactional_id, error.str(), prefix=prefix)
         if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
             return permission_denied("IdempotentWrite", "cluster", "kafka-cluster", error.str())
         if topic is not None:  # a refused record: its topic is one the worker writes

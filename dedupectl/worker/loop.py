@@ -36,6 +36,7 @@ from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, ClientsLost
 from dedupectl.worker.crashpoint import CrashPoint
 from dedupectl.worker.partitions import Partitions
+from dedupectl.worker.permissions import prove_permissions
 from dedupectl.worker.pipeline import Pipeline
 from dedupectl.worker.publisher import TransactionalPublisher
 from dedupectl.worker.recovery import Recovery
@@ -125,6 +126,7 @@ class Worker:
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._recovery.connect()
+        prove_permissions(config, self._recovery.reader, self._clients.retrying)  # before anything is published
         # whatever an earlier instance left is settled by the new producer; what a crashed broker still holds
         # pending of it in the group is dropped (its batch is read again and recovery drops what was published)
         self._start_clients({})

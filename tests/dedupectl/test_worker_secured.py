@@ -126,6 +126,8 @@ def test_a_missing_acl_is_one_line_naming_it(secure_kafka_broker, published, tmp
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode == 77, result.stderr
     assert len(errors) == 1 and f"Kafka denied this client {wanted}" in errors[0], result.stderr
+    if missing == 5:  # the hint gives the ACL the docs recommend: one prefix for every worker of the group
+        assert f"Write on transactional ids prefixed 'dedupectl-{group}-' (a prefixed ACL)" in errors[0]
     assert "Traceback" not in result.stderr
     assert seconds < 30
     assert user.password not in result.stdout + result.stderr

@@ -80,3 +80,22 @@ def test_the_worker_logs_json_from_the_environment(make_pipeline):
     assert any(message.startswith("worker w1: ") for message in messages), messages
     assert any(message.startswith("partition 0 ") for message in messages), messages
     assert json.loads(done.stdout)["published"] == 2
+
+
+def test_with_json_logs_a_failed_command_ends_with_a_json_object():
+    env = {key: value for key, value in os.environ.items() if not key.startswith("DEDUPECTL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "dedupectl.cli.app", "--log-format", "json", "reconcile", "--all", "-i", "in",
+         "-o", "out"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    event = json.loads(line)
+    assert event["level"] == "ERROR" and event["message"].startswith("no Kafka bootstrap servers given")
+    assert event["error"] == {
+        "message": "no Kafka bootstrap servers given",
+        "hint": event["error"]["hint"],
+        "kind": "ConfigError",
+        "exit_code": 2,
+    }
