@@ -44,6 +44,7 @@ FINGERPRINT_BITS = 16 - GROUP_BITS
 LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
 FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
 MAX_KICKS = 500
+MOVE_ROUNDS = 4  # rounds of one-deep moves for a batch before the rest are kicked one by one
 FILE_FORMAT = 4  # 4: the header's CRC-32 on a line of its own, the table followed by its CRC-32
 HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
 
@@ -203,6 +204,7 @@ class IdFilter:
         fuller = np.where(free_second > free_first, first, second)
         left = self._place(np.arange(hashes.size), emptier, entries)
         left = self._place(left, fuller[left], entries)
+        left = self._move_one_aside(left, first, second, entries)
         return all(self._kick_in(int(entries[i]), int(first[i])) for i in left)
 
     def _place(self, chosen: np.ndarray, buckets: np.ndarray, entries: np.ndarray) -> np.ndarray:
@@ -218,6 +220,44 @@ class IdFilter:
         slot = np.argmax(np.cumsum(empty, axis=1) > rank[:, None], axis=1)
         self.table[buckets[fits], slot[fits]] = entries[chosen[fits]]
         return chosen[~fits]
+
+    def _move_one_aside(
+        self, left: np.ndarray, first: np.ndarray, second: np.ndarray, entries: np.ndarray
+    ) -> np.ndarray:
+        """For ids whose two buckets are full, move one entry of either bucket to its own other bucket where that
+        has a free slot, and put the id in the slot it left: a cuckoo kick one level deep, for the whole batch
+        at once (in a nearly full table most ids that find no slot need no more). Moves that would share a
+        bucket wait for the next round; returns the ids still without a slot."""
+        table = self.table
+        for _ in range(MOVE_ROUNDS):
+            if left.size == 0:
+                return left
+            both = np.stack((first[left], second[left]), axis=1)
+            held = table.take(both.reshape(-1), axis=0).reshape(left.size, 2 * SLOTS)  # each id's two buckets
+            sources = np.repeat(both, SLOTS, axis=1)  # the bucket of each entry in ``held``
+            aside = self._other(sources.reshape(-1), (held >> np.uint16(GROUP_BITS)).reshape(-1)).reshape(held.shape)
+            room = (table.take(aside.reshape(-1), axis=0) == 0).any(axis=1).reshape(held.shape)
+            movable = np.flatnonzero(room.any(axis=1))
+            column = np.argmax(room[movable], axis=1)
+            source, target = sources[movable, column], aside[movable, column]
+            # one move per bucket a round: two moves out of, or into, one bucket could take one slot twice
+            _, first_of_source = np.unique(source, return_index=True)
+            alone = np.zeros(movable.size, bool)
+            alone[first_of_source] = True
+            _, first_of_target = np.unique(target, return_index=True)
+            single_target = np.zeros(movable.size, bool)
+            single_target[first_of_target] = True
+            alone &= single_target
+            if not alone.any():
+                return left
+            chosen, column, source, target = movable[alone], column[alone], source[alone], target[alone]
+            free_slot = np.argmax(table.take(target, axis=0) == 0, axis=1)
+            table[target, free_slot] = held[chosen, column]
+            table[source, column % SLOTS] = entries[left[chosen]]
+            keep = np.ones(left.size, bool)
+            keep[chosen] = False
+            left = left[keep]
+        return left
 
     def _kick_in(self, entry: int, bucket: int) -> bool:
         """Cuckoo insertion: move entries to their other bucket until one lands in a free slot."""

@@ -45,6 +45,21 @@ def test_a_filter_filled_to_capacity_holds_every_id_of_every_kind():
     assert id_filter.entries() == len(ids)
 
 
+def test_a_nearly_full_filter_places_whole_batches_by_moving_entries_aside(monkeypatch):
+    kicked = []
+    one_by_one = IdFilter._kick_in
+    monkeypatch.setattr(IdFilter, "_kick_in", lambda self, e, b: kicked.append(e) or one_by_one(self, e, b))
+    id_filter = IdFilter(20_000)
+    count = int(id_filter.capacity * 0.97)  # past the load it is sized for, as a store a batch over its bound
+    hashes = np.random.default_rng(3).integers(1, 2**63, count, dtype=np.uint64)
+    assert id_filter.claim(0, count, 0)
+    assert all(
+        id_filter.add(hashes[at : at + 5_000], np.arange(at, min(at + 5_000, count))) for at in range(0, count, 5_000)
+    )
+    assert id_filter.may_hold(hashes).all()
+    assert len(kicked) < count // 1_000  # the batch's moves did the work, not a Python loop per id
+
+
 def test_absent_ids_pass_at_about_the_stated_rate():
     id_filter, _ = _filled(_ajs(150_000), 10_000)
     passed = id_filter.may_hold(key_hashes(encode_ids(_ajs(200_000)))).mean()
