@@ -36,6 +36,7 @@ BLOCK_CACHE_BYTES = 8 * 1024 * 1024  # data blocks only: what duplicates (rare) 
 # else to gain); decompression, i.e. lookups, costs the same
 IDS_ZSTD_LEVEL = 12
 WRITE_BUFFER_BYTES = 64 * 1024 * 1024
+WAL_BYTES_KEPT = WRITE_BUFFER_BYTES  # an ids memtable's log is about 60% of its size: it is not flushed early
 ARENA_BLOCKS_PER_BUFFER = 64
 MIN_ARENA_BLOCK_BYTES = 64 * 1024
 SMALL_FAMILY_ARENA_BYTES = 64 * 1024  # times and meta take a few KiB per batch: a 1 MiB default block is waste
@@ -185,6 +186,9 @@ def store_options(
     options.create_missing_column_families(create)
     options.set_max_open_files(-1)  # filters stay loaded; also required by secondary instances
     options.set_max_background_jobs(2)
+    # the small families (times, meta) flush rarely and would keep every log file since their last flush: a
+    # restart after a kill replays all of them. Past this total the families holding the oldest log flush.
+    options.set_max_total_wal_size(WAL_BYTES_KEPT)
     options.set_keep_log_file_num(LOG_FILES_KEPT)
     options.set_max_log_file_size(LOG_FILE_BYTES)
     options.set_stats_dump_period_sec(STATS_DUMP_SECONDS)
