@@ -5,8 +5,9 @@
 
 For each size N, a store of N random ``ajs-`` ids is bulk loaded (``benchmarks/bulk_stores.py``, as
 ``dedupectl rebuild`` makes one; its id filter sized for a window of N x 1.05, as a worker's is for its aging
-bound). A worker process then opens it, records a generation and a half more ids through the worker's write
-path (``contains_many`` then ``record``, batches of ``--batch``), so that a generation is sealed and the
+bound). A worker process then opens it (with a worker's memtable budget and block cache, at their defaults),
+records a generation and a half more ids through the worker's write path (``contains_many``, ``record``, then
+an aging step at the bound, batches of ``--batch``), so that a generation is sealed and aged out and the
 filter saved with it, and is killed (SIGKILL) right after its last batch. Then, in this process, the store is
 opened as a worker opens it and its first lookup timed, twice:
 
@@ -38,11 +39,13 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from benchmarks.bulk_stores import bulk_load_store  # noqa: E402
+from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store import id_filter as filters  # noqa: E402
 from store.bulk_load import LoadLayout  # noqa: E402
 from store.dedup_store import DedupStore  # noqa: E402
 from store.filter_keeper import FILTER_FILE  # noqa: E402
 from store.footprint import dir_bytes  # noqa: E402
+from store.options import shared_memory  # noqa: E402
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 LAYOUT = LoadLayout(batch_ids=10_000, bucket_ids=10_000_000)
@@ -54,9 +57,14 @@ import os, signal, sys, time
 from pathlib import Path
 import numpy as np
 from benchmarks.bulk_stores import random_ajs_ids
+from dedupectl.config import DEFAULT_MEMTABLE_BUDGET
+from store.aging import AgingPolicy, age_step
 from store.dedup_store import DedupStore  # noqa: E402
+from store.options import shared_memory
 path, window, batch = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-store = DedupStore.open(path, topic=sys.argv[4], partition=0, window_ids=window)
+shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)  # a worker's memtable budget and block cache, at their defaults
+store = DedupStore.open(path, topic=sys.argv[4], partition=0, shared=shared, window_ids=window)
+bound = AgingPolicy(max_keys=window)
 extra = store.generation_ids() * 3 // 2
 ids = random_ajs_ids(np.random.default_rng(11), extra).tolist()
 started = time.monotonic()
@@ -64,7 +72,8 @@ for at in range(0, extra, batch):
     chunk = ids[at : at + batch]
     new = [i for i, known in zip(chunk, store.contains_many(chunk)) if not known]
     store.record(new, [0] * len(new))
-print(extra, time.monotonic() - started, flush=True)
+    age_step(store, bound)  # after each batch, as a worker ages its store at its bound
+print(extra, time.monotonic() - started, store.state.live_ids, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -72,7 +81,8 @@ os.kill(os.getpid(), signal.SIGKILL)
 def first_lookup_seconds(path: Path, window: int) -> float:
     """Open the store as a worker does and answer one lookup (the id filter is made ready first)."""
     started = time.perf_counter()
-    with DedupStore.open(path, topic=TOPIC, partition=0, window_ids=window) as store:
+    shared = shared_memory(DEFAULT_MEMTABLE_BUDGET)  # as a worker opens its stores, at the default budget
+    with DedupStore.open(path, topic=TOPIC, partition=0, shared=shared, window_ids=window) as store:
         store.contains_many([b"ajs-00000000000000000000000000000000"])
         seconds = time.perf_counter() - started
     return seconds
@@ -89,11 +99,11 @@ def measure(scratch: Path, size: int, batch: int) -> dict:
     )  # fmt: skip
     if worker.returncode != -9:
         raise SystemExit(f"the worker process ended with {worker.returncode}, not by the kill:\n{worker.stderr}")
-    extra, record_seconds = worker.stdout.split()
+    extra, record_seconds, live = worker.stdout.split()
     saved = filters.load(path / FILTER_FILE)
     read_back = size + int(extra) - saved[1].next_seq if saved is not None else None
     from_saved = first_lookup_seconds(path, window)
-    held = size + int(extra)
+    held = int(live)  # after aging at the bound
     disk_per_id = dir_bytes(path) / held  # the saved filter included
     filter_per_id = (path / FILTER_FILE).stat().st_size / held
     (path / FILTER_FILE).unlink()
@@ -102,6 +112,7 @@ def measure(scratch: Path, size: int, batch: int) -> dict:
     return {
         "ids": size,
         "ids_recorded_by_the_killed_worker": int(extra),
+        "ids_held_at_the_kill": held,
         "load_seconds": load_seconds,
         "record_seconds": float(record_seconds),
         "ids_read_back": read_back,
@@ -119,13 +130,17 @@ def _count(value: int | None) -> str:
 
 def table(rows: list[dict]) -> Table:
     out = Table(title="a killed worker's store: open to first answer")
-    columns = ("ids held", "recorded by the killed worker", "of them read back", "from the saved filter", "full build")
+    columns = (
+        "ids loaded", "recorded by the killed worker", "held at the kill", "of them read back", "from the saved filter",
+        "full build",
+    )  # fmt: skip
     for column in (*columns, "ratio", "disk B/id (of it the filter)"):
         out.add_column(column, justify="right")
     for row in rows:
         out.add_row(
             f"{row['ids']:,}",
             f"{row['ids_recorded_by_the_killed_worker']:,}",
+            f"{row['ids_held_at_the_kill']:,}",
             _count(row["ids_read_back"]),
             f"{row['first_lookup_from_saved_s']:.2f} s",
             f"{row['first_lookup_full_build_s']:.2f} s",
@@ -142,13 +157,14 @@ def markdown(result: dict) -> str:
         f"`benchmarks/bench_restart.py`, {result['machine']['cpus']} cores, {result['machine']['platform']}; "
         f"batches of {result['batch']:,} ids.",
         "",
-        "| ids held | ids recorded by the killed worker | of them read back | from the saved filter | full build "
-        "| ratio | bytes on disk per id (of them the saved filter) |",
-        "|---|---|---|---|---|---|---|",
+        "| ids loaded | ids recorded by the killed worker | held at the kill | of them read back | from the saved "
+        "filter | full build | ratio | bytes on disk per id (of them the saved filter) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         lines.append(
-            f"| {row['ids']:,} | {row['ids_recorded_by_the_killed_worker']:,} | {_count(row['ids_read_back'])} | "
+            f"| {row['ids']:,} | {row['ids_recorded_by_the_killed_worker']:,} | {row['ids_held_at_the_kill']:,} | "
+            f"{_count(row['ids_read_back'])} | "
             f"{row['first_lookup_from_saved_s']:.2f} s | {row['first_lookup_full_build_s']:.2f} s | "
             f"{row['ratio']:.1f}x | {row['disk_bytes_per_id']:.1f} ({row['filter_file_bytes_per_id']:.2f}) |"
         )
