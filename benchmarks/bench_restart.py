@@ -1,7 +1,7 @@
 """What a worker killed with a large store pays before its first batch: its id filter, read back.
 
     python benchmarks/bench_restart.py [--sizes 1000000,10000000,100000000] [--batch 5000]
-                                       [--out benchmarks/results/restart.json] [--markdown FILE]
+                                       [--bulk-load-dir DIR] [--out benchmarks/results/restart.json] [--markdown FILE]
 
 For each size N, a store of N random ``ajs-`` ids is bulk loaded (``benchmarks/bulk_stores.py``, as
 ``dedupectl rebuild`` makes one; its id filter sized for a window of N x 1.05, as a worker's is for its aging
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from benchmarks.bulk_stores import bulk_load_store  # noqa: E402
+from benchmarks.bulk_stores import bulk_load_store, kept_or_made, linked_copy  # noqa: E402
 from dedupectl.config import DEFAULT_MEMTABLE_BUDGET  # noqa: E402
 from store import id_filter as filters  # noqa: E402
 from store.bulk_load import LoadLayout  # noqa: E402
@@ -88,11 +88,20 @@ def first_lookup_seconds(path: Path, window: int) -> float:
     return seconds
 
 
-def measure(scratch: Path, size: int, batch: int) -> dict:
+def measure(scratch: Path, size: int, batch: int, kept: Path | None) -> dict:
     path = scratch / f"restart-{size}"
     window = size + size // 20
-    console.print(f"[dim]bulk loading {size:,} ids[/dim]")
-    load_seconds = bulk_load_store(path, topic=TOPIC, partition=0, count=size, layout=LAYOUT, seed=7, window_ids=window)
+    loaded = (kept or scratch) / f"loaded-{size}"
+
+    def load() -> float:
+        console.print(f"[dim]bulk loading {size:,} ids[/dim]")
+        shutil.rmtree(loaded, ignore_errors=True)
+        return bulk_load_store(loaded, topic=TOPIC, partition=0, count=size, layout=LAYOUT, seed=7, window_ids=window)
+
+    wanted = {"ids": size, "window": window, "seed": 7}
+    load_seconds, _ = kept_or_made(loaded.with_name(f"{loaded.name}.json"), wanted, load)
+    shutil.rmtree(path, ignore_errors=True)
+    linked_copy(loaded, path)  # the kept load stays as it was: the killed worker writes a copy
     worker = subprocess.run(
         [sys.executable, "-c", _KILLED_WORKER, str(path), str(window), str(batch), TOPIC],
         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -176,6 +185,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000,100000000")
     parser.add_argument("--batch", type=int, default=5_000)
     parser.add_argument("--scratch", type=Path, help="directory for the stores (default: a temporary one)")
+    parser.add_argument(
+        "--bulk-load-dir",
+        type=Path,
+        help="keep each size's bulk-loaded store here, and reuse it in a later run (the killed worker writes a copy)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/restart.json")
     parser.add_argument("--markdown", type=Path, help="also write the table as markdown to this file")
     args = parser.parse_args()
@@ -186,7 +200,7 @@ def main() -> None:
     rows = []
     try:
         for size in sizes:
-            rows.append(measure(scratch, size, args.batch))
+            rows.append(measure(scratch, size, args.batch, args.bulk_load_dir))
             console.print(table(rows[-1:]))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
