@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError
-from dedupectl.spark.extract import dead_letter_reason, input_id, output_id
+from dedupectl.spark.extract import dead_letter_reason, input_id, output_id, refuse_header_ids
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
 from dedupectl.spark.session import SparkSettings
@@ -84,6 +84,7 @@ class AuditRequest:
     window_ms: int | None = None
     value_format: str = "json"
     id_field: str = "messageId"
+    id_header: str | None = None  # the worker's; the jobs do not read headers, so they refuse it
     sample_size: int = 5
 
 
@@ -154,6 +155,7 @@ class _Span:
 def validate(request: AuditRequest) -> None:
     if request.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {request.value_format!r}")
+    refuse_header_ids("audit", request.id_header)
     if request.sample_size < 0:
         raise ConfigError(f"--samples must be 0 or more, got {request.sample_size}")
     if request.window_ms is not None and request.window_ms <= 0:

@@ -28,6 +28,7 @@ class AuditSides:
     kafka: KafkaConfig | None  # None: both sides are files
     value_format: str
     id_field: str
+    id_header: str | None = None
 
 
 def audit_sides(
@@ -60,4 +61,5 @@ def audit_sides(
         kafka=worker.kafka,
         value_format=worker.value_format,
         id_field=worker.id_field,
+        id_header=worker.id_header,
     )

@@ -15,6 +15,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType
 
+from dedupectl.errors import ConfigError
 from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id
 from store.codec import MAX_ID_BYTES
 
@@ -59,3 +60,13 @@ def dead_letter_reason(key: Column, value: Column, value_format: str, id_field: 
 def output_id(key: Column) -> Column:
     """An output record's id is its key (the worker writes it so); null when it has none."""
     return F.when(F.length(key) > 0, key)
+
+
+def refuse_header_ids(command: str, id_header: str | None) -> None:
+    """The Spark jobs read ids from the key and the value only: with ``id_header`` they would read other ids
+    than the worker's, so they refuse instead."""
+    if id_header is not None:
+        raise ConfigError(
+            f"{command} cannot read ids from record headers, and the worker takes them from the {id_header!r} header",
+            "trace single ids with dedupectl trace, which reads headers",
+        )

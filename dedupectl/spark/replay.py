@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError, StoreNotFoundError
-from dedupectl.spark.extract import input_id, output_id
+from dedupectl.spark.extract import input_id, output_id, refuse_header_ids
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
 from dedupectl.spark.session import SparkSettings
@@ -70,6 +70,7 @@ class ReplayRequest:
     stop: Bound | None = None
     value_format: str = "json"
     id_field: str = "messageId"
+    id_header: str | None = None  # the worker's; the jobs do not read headers, so they refuse it
     dry_run: bool = False
     data_dir: Path | None = None  # check the partitions' stores for ids the worker would drop
     group_id: str | None = None  # the worker's group: ids past its committed offsets are not yet consumed
@@ -119,6 +120,7 @@ def prepare(request: ReplayRequest) -> list[PartitionRange]:
     """Driver-side checks before any Spark work; returns the input ranges."""
     if request.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {request.value_format!r}")
+    refuse_header_ids("replay", request.id_header)
     if request.input_topic == request.output_topic:
         raise ConfigError("the input and output topics must differ")
     if request.sample_size < 0:

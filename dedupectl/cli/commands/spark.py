@@ -17,6 +17,7 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     GroupIdOption,
+    IdFieldOption,
     InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
@@ -54,7 +55,6 @@ SparkKafkaOption = typer.Option(
 )
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
-IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
@@ -187,6 +187,7 @@ def audit(
         window_ms=None if window is None else parse_window(window),
         value_format=sides.value_format,
         id_field=sides.id_field,
+        id_header=sides.id_header,
         sample_size=samples,
     )
     report = _run_and_show(run, request, settings, json_output, _audit_json, _render_audit)
@@ -323,6 +324,7 @@ def replay(
         stop=_bound(stop, "--to"),
         value_format=worker.value_format,
         id_field=worker.id_field,
+        id_header=worker.id_header,
         dry_run=dry_run,
         data_dir=data_dir,
         group_id=worker.group_id,
