@@ -9,6 +9,9 @@ import subprocess
 
 from test_worker_dedup import read_all
 
+from dedupectl.trace import DUPLICATE, PUBLISHED, TraceRequest, trace_message
+from reconcile.ranges import parse_bound
+
 
 def event(n: int, **fields) -> bytes:
     return json.dumps({"n": n, **fields}).encode()
@@ -74,6 +77,23 @@ def test_the_worker_takes_ids_from_a_header_given_by_its_flag(make_pipeline):
     assert again.returncode == 0, again.stderr
     assert (json.loads(again.stdout)["published"], json.loads(again.stdout)["duplicates_dropped"]) == (1, 1)
     assert first_numbers(read_all(pipeline, pipeline.output_topic))[b"e-3"] == [10]
+    # trace reads ids as the worker does: by the header, whatever the key
+    config = pipeline.config(data_dir=pipeline.root / "data", id_header="ce_id")
+    request = TraceRequest(
+        kafka=pipeline.kafka,
+        input_topic=pipeline.input_topic,
+        output_topic=pipeline.output_topic,
+        dead_letter_topic=pipeline.dead_letter_topic,
+        group_id=config.group_id,
+        message_id="e-1",
+        start=parse_bound("1h", "--from"),
+        partition=0,
+        data_dir=config.data_dir,
+        id_header=config.id_header,
+    )
+    report = trace_message(request)
+    assert [o.outcome for o in report.occurrences] == [PUBLISHED, DUPLICATE, DUPLICATE]
+    assert report.store.held
 
 
 def test_the_worker_takes_ids_from_a_nested_field_by_json_pointer(make_pipeline):
