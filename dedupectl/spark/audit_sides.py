@@ -51,6 +51,7 @@ def audit_sides(
             kafka=None,
             value_format=flags.get("value_format") or "json",
             id_field=flags.get("id_field") or "messageId",
+            id_header=flags.get("id_header"),
         )
     read_from_files = {"input_topic": input_files, "output_topic": output_files}
     no_topics = {name: _NO_TOPIC[name] for name, files in read_from_files.items() if files}

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError, StoreNotFoundError
-from dedupectl.spark.extract import input_id, output_id, refuse_header_ids
+from dedupectl.spark.extract import input_id, output_id
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
 from dedupectl.spark.session import SparkSettings
@@ -70,7 +70,7 @@ class ReplayRequest:
     stop: Bound | None = None
     value_format: str = "json"
     id_field: str = "messageId"
-    id_header: str | None = None  # the worker's; the jobs do not read headers, so they refuse it
+    id_header: str | None = None  # the id is this header's value
     dry_run: bool = False
     data_dir: Path | None = None  # check the partitions' stores for ids the worker would drop
     group_id: str | None = None  # the worker's group: ids past its committed offsets are not yet consumed
@@ -120,7 +120,6 @@ def prepare(request: ReplayRequest) -> list[PartitionRange]:
     """Driver-side checks before any Spark work; returns the input ranges."""
     if request.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {request.value_format!r}")
-    refuse_header_ids("replay", request.id_header)
     if request.input_topic == request.output_topic:
         raise ConfigError("the input and output topics must differ")
     if request.sample_size < 0:
@@ -219,7 +218,10 @@ def _input_ids(
 ) -> DataFrame:
     """The input range's records (with headers, to replay them whole) and each one's id by the worker's rules."""
     records = kafka_records(spark, options, request.input_topic, ranges, headers=True)
-    return records.withColumn("id", input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
+    ident = input_id(
+        F.col("key"), F.col("value"), request.value_format, request.id_field, F.col("headers"), request.id_header
+    )
+    return records.withColumn("id", ident)
 
 
 def _input_stats(inp: DataFrame) -> dict[int, tuple[int, int, int]]:

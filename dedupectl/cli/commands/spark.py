@@ -18,6 +18,7 @@ from dedupectl.cli.options import (
     ConfigOption,
     GroupIdOption,
     IdFieldOption,
+    IdHeaderOption,
     InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
@@ -139,6 +140,7 @@ def audit(
     output_topic: str | None = OutputTopicOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
+    id_header: str | None = IdHeaderOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -170,6 +172,7 @@ def audit(
         "output_topic": output_topic,
         "value_format": value_format,
         "id_field": id_field,
+        "id_header": id_header,
         "kafka": parse_kafka_settings(kafka_setting),
     }
     files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
@@ -276,6 +279,7 @@ def replay(
     group_id: str | None = GroupIdOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
+    id_header: str | None = IdHeaderOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -311,6 +315,7 @@ def replay(
             "group_id": group_id,
             "value_format": value_format,
             "id_field": id_field,
+            "id_header": id_header,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
