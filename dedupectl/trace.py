@@ -141,7 +141,10 @@ class _Found:
 def _is_the_id(message: Message, key: bytes, request: TraceRequest) -> bool:
     """Whether the record's id, read as the worker reads it, is ``key``."""
     value = message.value()
-    if request.id_header is None and (not value or key not in value):  # cheap filter before parsing a value
+    # cheap filters before parsing a value: the id's bytes must be in the value, or be the header's value
+    if request.id_header is None and (not value or key not in value):
+        return False
+    if request.id_header is not None and (request.id_header, key) not in (message.headers() or ()):
         return False
     try:
         found = extract_id(
