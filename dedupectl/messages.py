@@ -69,10 +69,17 @@ def extract_id(
     id_header: str | None = None,
 ) -> bytes:
     """The record's id, or ``DeadLetter`` with the reason."""
-    return _extract_id(simdjson.Parser(), key, value, value_format, id_field, headers, id_header)
+    return _extract_id(simdjson.Parser(), key, value, value_format, id_field, _lookup(id_field), headers, id_header)
 
 
-def _extract_id(parser: simdjson.Parser, key, value, value_format: str, id_field: str, headers, id_header) -> bytes:
+def _lookup(id_field: str):
+    """How ``id_field`` is found in a JSON object: chosen once per batch, so a plain name costs one lookup."""
+    return _at_pointer if id_field.startswith("/") else simdjson.Object.get
+
+
+def _extract_id(
+    parser: simdjson.Parser, key, value, value_format: str, id_field: str, lookup, headers=None, id_header=None
+) -> bytes:
     if value_format == "json":
         if value is None:
             raise DeadLetter(DeadLetterReason.UNPARSEABLE, "value is null")
@@ -85,8 +92,7 @@ def _extract_id(parser: simdjson.Parser, key, value, value_format: str, id_field
             del document  # (also below) a parser is reused only once nothing refers to its last document
             raise DeadLetter(DeadLetterReason.NOT_AN_OBJECT, f"JSON {kind}, not an object")
         if id_header is None and not key:
-            # a plain name is one lookup; only a pointer walks the document
-            field = document.get(id_field) if id_field[0] != "/" else _at_pointer(document, id_field)
+            field = lookup(document, id_field)
             del document
             if field is None:
                 raise DeadLetter(DeadLetterReason.MISSING_ID, f"no record key and no {id_field!r} field")
@@ -144,7 +150,7 @@ def extract_ids(
     index. The usual record (keyed, or carrying its ``id_header``; its value a JSON object) costs one
     validation in a tight loop; only the others take ``extract_id``'s full path, so a few bad records do not
     slow their batch down. ``headers``: each record's, needed only with ``id_header``."""
-    parser = simdjson.Parser()
+    parser, lookup = simdjson.Parser(), _lookup(id_field)
     if id_header is None:
         candidates = keys
     else:
@@ -159,10 +165,13 @@ def extract_ids(
     dead: list[tuple[int, DeadLetter]] = []
     for index in unusual:
         try:
-            record_headers = None if headers is None else headers[index]
-            ids[index] = _extract_id(
-                parser, keys[index], values[index], value_format, id_field, record_headers, id_header
-            )
+            if id_header is None:
+                ids[index] = _extract_id(parser, keys[index], values[index], value_format, id_field, lookup)
+            else:
+                record_headers = None if headers is None else headers[index]
+                ids[index] = _extract_id(
+                    parser, keys[index], values[index], value_format, id_field, lookup, record_headers, id_header
+                )
         except DeadLetter as reason:
             ids[index] = None
             dead.append((index, reason.with_traceback(None)))  # its frames would pin the parser's document
