@@ -14,6 +14,7 @@ from typing import Any
 
 from dedupectl.config import KafkaConfig, resolve_worker_config
 from dedupectl.errors import ConfigError
+from dedupectl.messages import id_field_problem
 from dedupectl.spark.sources import FILE_FORMATS, FileSource, Source, TopicSource
 
 # The worker's configuration names both topics. A side read from files has none: it gets a name no topic can
@@ -45,6 +46,9 @@ def audit_sides(
     if files_format not in FILE_FORMATS:
         raise ConfigError(f"--files-format must be one of {', '.join(FILE_FORMATS)}, got {files_format!r}")
     if input_files and output_files:
+        problem = id_field_problem(flags.get("id_field") or "messageId")
+        if problem:  # no worker configuration is resolved here to say it
+            raise ConfigError(f"--id-field {problem}")
         return AuditSides(
             input=FileSource(input_files, files_format),
             output=FileSource(output_files, files_format),
