@@ -116,7 +116,8 @@ class WorkerConfig:
     batch_max_bytes: int = 16 * 1024 * 1024
     batch_max_ms: int = 100
     value_format: str = "json"
-    id_field: str = "messageId"
+    id_field: str = "messageId"  # a top-level name, or a JSON Pointer (/context/messageId) for a nested field
+    id_header: str | None = None  # the id is this record header's value, and only it (dedupectl.messages)
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
@@ -168,6 +169,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "batch_max_ms": int,
     "value_format": str,
     "id_field": str,
+    "id_header": str,
     "transaction_timeout_ms": int,
     "session_timeout_ms": int,
     "metrics_port": int,
@@ -338,6 +340,7 @@ def resolve_worker_config(
                 "batch_max_ms",
                 "value_format",
                 "id_field",
+                "id_header",
                 "transaction_timeout_ms",
                 "session_timeout_ms",
                 "metrics_port",
@@ -357,6 +360,11 @@ def resolve_worker_config(
         leave_group_on_stop=bool(fields.get("leave_group_on_stop")),
     )
     _validate(config, named)
+    if fields.get("id_header") is not None and fields.get("id_field") is not None:
+        raise ConfigError(
+            f"{named('id_header')} and {named('id_field')} are two places for the id, given together",
+            "give one: with id_header the id is that header's value and the value's fields are not read",
+        )
     return config
 
 
@@ -419,6 +427,13 @@ def _validate(config: WorkerConfig, named: _Named) -> None:
         raise ConfigError(
             f"{named('value_format')} must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}"
         )
+    from dedupectl.messages import id_field_problem  # loads simdjson: not for every command's --help
+
+    problem = id_field_problem(config.id_field)
+    if problem:
+        raise ConfigError(f"{named('id_field')} {problem}")
+    if config.id_header is not None and not config.id_header:
+        raise ConfigError(f"{named('id_header')} is empty: give the name of the header that holds the id")
     if config.max_keys < 1:
         raise ConfigError(f"{named('max_keys')} must be at least 1, got {config.max_keys}")
     if config.memtable_budget < MIN_MEMTABLE_BUDGET:

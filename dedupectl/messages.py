@@ -1,13 +1,20 @@
-"""Finding a record's ``messageId``, or the reason it has none.
+"""Finding a record's ``messageId``, or the reason it has none: the one reading of ids that the worker,
+``trace`` and the Spark jobs share.
 
-The id is the record key; a record without a key falls back to the JSON field (``messageId`` by default).
-With ``value_format = "json"`` every value must be a JSON object (RFC 8259, UTF-8): anything else is a dead
-letter, never dropped silently and never blocking the partition.
+Where the id is, in this order:
+- ``id_header`` set: the value of that record header, and nothing else (a record without it is a dead
+  letter: falling back to the key would mix two kinds of id, and a false duplicate is a silent loss);
+- else the record key;
+- else, for a record without a key, the JSON field ``id_field`` (``messageId`` by default): a top-level
+  name, or a JSON Pointer (RFC 6901, ``/context/messageId``) into nested objects and arrays.
+With ``value_format = "json"`` every value must be a JSON object (RFC 8259, UTF-8), whatever holds the id:
+anything else is a dead letter, never dropped silently and never blocking the partition.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 
 import simdjson  # validates an event without building Python objects: the cheapest check per record
@@ -26,6 +33,18 @@ class DeadLetterReason(StrEnum):
     ID_TOO_LONG = "id-too-long"
 
 
+Headers = Iterable[tuple[str, bytes | None]] | None  # a record's headers, as the Kafka clients give them
+
+
+def id_field_problem(id_field: str) -> str | None:
+    """Why ``id_field`` names no field (None when it does): empty, or a JSON Pointer with a bad escape."""
+    if not id_field:
+        return "is empty: give a field name (messageId) or a JSON Pointer (/context/messageId)"
+    if id_field.startswith("/") and re.search(r"~(?![01])", id_field):
+        return f"{id_field!r} is not a JSON Pointer: '~' must be followed by 0 ('~') or 1 ('/') (RFC 6901)"
+    return None
+
+
 class DeadLetter(Exception):
     """Raised by ``extract_id``: carries the reason and a short detail for the headers."""
 
@@ -41,12 +60,26 @@ def _check(message_id: bytes) -> bytes:
     return message_id
 
 
-def extract_id(key: bytes | None, value: bytes | None, value_format: str, id_field: str) -> bytes:
+def extract_id(
+    key: bytes | None,
+    value: bytes | None,
+    value_format: str,
+    id_field: str,
+    headers: Headers = None,
+    id_header: str | None = None,
+) -> bytes:
     """The record's id, or ``DeadLetter`` with the reason."""
-    return _extract_id(simdjson.Parser(), key, value, value_format, id_field)
+    return _extract_id(simdjson.Parser(), key, value, value_format, id_field, _lookup(id_field), headers, id_header)
 
 
-def _extract_id(parser: simdjson.Parser, key, value, value_format: str, id_field: str) -> bytes:
+def _lookup(id_field: str):
+    """How ``id_field`` is found in a JSON object: chosen once per batch, so a plain name costs one lookup."""
+    return _at_pointer if id_field.startswith("/") else simdjson.Object.get
+
+
+def _extract_id(
+    parser: simdjson.Parser, key, value, value_format: str, id_field: str, lookup, headers=None, id_header=None
+) -> bytes:
     if value_format == "json":
         if value is None:
             raise DeadLetter(DeadLetterReason.UNPARSEABLE, "value is null")
@@ -58,23 +91,44 @@ def _extract_id(parser: simdjson.Parser, key, value, value_format: str, id_field
             kind = "array" if isinstance(document, simdjson.Array) else _JSON_TYPES.get(type(document), "null")
             del document  # (also below) a parser is reused only once nothing refers to its last document
             raise DeadLetter(DeadLetterReason.NOT_AN_OBJECT, f"JSON {kind}, not an object")
-        if key:
-            return _check(key)
-        field = document.get(id_field)
+        if id_header is None and not key:
+            field = lookup(document, id_field)
+            del document
+            if field is None:
+                raise DeadLetter(DeadLetterReason.MISSING_ID, f"no record key and no {id_field!r} field")
+            if not isinstance(field, str):
+                kind = "array" if isinstance(field, simdjson.Array) else "object"
+                kind = _JSON_TYPES.get(type(field), kind)
+                del field
+                raise DeadLetter(DeadLetterReason.INVALID_ID, f"{id_field!r} is a JSON {kind}, not a string")
+            if not field.strip():
+                raise DeadLetter(DeadLetterReason.EMPTY_ID, f"{id_field!r} is empty")
+            return _check(field.encode())
         del document
-        if field is None:
-            raise DeadLetter(DeadLetterReason.MISSING_ID, f"no record key and no {id_field!r} field")
-        if not isinstance(field, str):
-            kind = "array" if isinstance(field, simdjson.Array) else "object"
-            kind = _JSON_TYPES.get(type(field), kind)
-            del field
-            raise DeadLetter(DeadLetterReason.INVALID_ID, f"{id_field!r} is a JSON {kind}, not a string")
-        if not field.strip():
-            raise DeadLetter(DeadLetterReason.EMPTY_ID, f"{id_field!r} is empty")
-        return _check(field.encode())
+    if id_header is not None:
+        return _header_id(headers, id_header)
     if not key:
         raise DeadLetter(DeadLetterReason.MISSING_ID, "no record key (value_format=raw reads the id from the key)")
     return _check(key)
+
+
+def _at_pointer(document, pointer: str):
+    try:
+        return document.at_pointer(pointer)
+    except (KeyError, IndexError, ValueError, TypeError):  # no such field or index, or a scalar on the way
+        return None
+
+
+def _header_id(headers: Headers, name: str) -> bytes:
+    values = {bytes(value) for header, value in headers or () if header == name and value is not None}
+    if not values:
+        raise DeadLetter(DeadLetterReason.MISSING_ID, f"no {name!r} header")
+    if len(values) > 1:  # which copy is the id is anyone's guess: refuse rather than pick
+        raise DeadLetter(DeadLetterReason.INVALID_ID, f"{len(values)} {name!r} headers with different values")
+    (found,) = values
+    if not found.strip():
+        raise DeadLetter(DeadLetterReason.EMPTY_ID, f"the {name!r} header is empty")
+    return _check(found)
 
 
 def _parse_error(error: ValueError) -> str:
@@ -85,27 +139,54 @@ def _parse_error(error: ValueError) -> str:
 
 
 def extract_ids(
-    keys: Sequence[bytes | None], values: Sequence[bytes | None], value_format: str, id_field: str
+    keys: Sequence[bytes | None],
+    values: Sequence[bytes | None],
+    value_format: str,
+    id_field: str,
+    headers: Sequence[Headers] | None = None,
+    id_header: str | None = None,
 ) -> tuple[list[bytes | None], list[tuple[int, DeadLetter]]]:
     """``extract_id`` over a batch: each record's id (``None`` for a dead letter) and the dead letters by
-    index. The usual record (keyed, its value a JSON object) costs one validation in a tight loop; only the
-    others take ``extract_id``'s full path, so a few bad records do not slow their batch down."""
-    parser = simdjson.Parser()
+    index. The usual record (keyed, or carrying its ``id_header``; its value a JSON object) costs one
+    validation in a tight loop; only the others take ``extract_id``'s full path, so a few bad records do not
+    slow their batch down. ``headers``: each record's, needed only with ``id_header``."""
+    parser, lookup = simdjson.Parser(), _lookup(id_field)
+    if id_header is None:
+        candidates = keys
+    else:
+        candidates = [_plain_header(record_headers, id_header) for record_headers in headers or [None] * len(keys)]
     unusual = []
-    if not all(keys) or max(map(len, keys), default=0) > MAX_ID_BYTES:  # C-level: the usual batch passes
-        unusual = [index for index, key in enumerate(keys) if not key or len(key) > MAX_ID_BYTES]
+    if not all(candidates) or max(map(len, candidates), default=0) > MAX_ID_BYTES:  # C-level: the usual batch passes
+        unusual = [index for index, found in enumerate(candidates) if not found or len(found) > MAX_ID_BYTES]
     if value_format == "json":
         not_objects = _not_objects(parser, values)
         unusual = sorted({*unusual, *not_objects}) if unusual and not_objects else unusual or not_objects
-    ids: list[bytes | None] = list(keys)
+    ids: list[bytes | None] = list(candidates)
     dead: list[tuple[int, DeadLetter]] = []
     for index in unusual:
         try:
-            ids[index] = _extract_id(parser, keys[index], values[index], value_format, id_field)
+            if id_header is None:
+                ids[index] = _extract_id(parser, keys[index], values[index], value_format, id_field, lookup)
+            else:
+                record_headers = None if headers is None else headers[index]
+                ids[index] = _extract_id(
+                    parser, keys[index], values[index], value_format, id_field, lookup, record_headers, id_header
+                )
         except DeadLetter as reason:
             ids[index] = None
             dead.append((index, reason.with_traceback(None)))  # its frames would pin the parser's document
     return ids, dead
+
+
+def _plain_header(headers: Headers, name: str) -> bytes | None:
+    """The header's value when it is the only one of its name and not blank; else None (the full path says why)."""
+    found = None
+    for header, value in headers or ():
+        if header == name:
+            if found is not None or not value or not value.strip():
+                return None
+            found = bytes(value)
+    return found
 
 
 def _not_objects(parser: simdjson.Parser, values: Sequence[bytes | None]) -> list[int]:

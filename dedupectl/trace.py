@@ -62,6 +62,7 @@ class TraceRequest:
     data_dir: Path | None = None
     value_format: str = "json"
     id_field: str = "messageId"
+    id_header: str | None = None
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,20 @@ class _Found:
 
 
 def _is_the_id(message: Message, key: bytes, request: TraceRequest) -> bool:
+    """Whether the record's id, read as the worker reads it, is ``key``."""
     value = message.value()
-    if not value or key not in value:  # cheap filter before parsing a keyless record's value
+    # cheap filters before parsing a value: the id's bytes must be in the value, or be the header's value
+    if request.id_header is None and (not value or key not in value):
+        return False
+    if request.id_header is not None and (request.id_header, key) not in (message.headers() or ()):
         return False
     try:
-        return extract_id(None, value, request.value_format, request.id_field) == key
+        found = extract_id(
+            message.key(), value, request.value_format, request.id_field, message.headers(), request.id_header
+        )
     except DeadLetter:
         return False
+    return found == key
 
 
 def _read(reader: OutputReader, topic: str, partition: int, start: int, stop: int | None, keep) -> _Found:
@@ -166,7 +174,9 @@ def _read_input(reader: OutputReader, request: TraceRequest, partition: int, sta
         return _Found(scanned=Scanned(request.input_topic, partition, span.start, span.start, 0))
 
     def keep(record_id: bytes, message: Message) -> bool:
-        return record_id == key or (record_id == b"" and _is_the_id(message, key, request))
+        if request.id_header is None and record_id:  # a keyed record's id is its key
+            return record_id == key
+        return _is_the_id(message, key, request)
 
     return _read(reader, request.input_topic, partition, span.start, span.stop, keep)
 

@@ -49,6 +49,15 @@ DeadLetterTopicOption = typer.Option(
 ValueFormatOption = typer.Option(
     None, "--value-format", help="json (values must be JSON objects) or raw, as the worker runs."
 )
+IdFieldOption = typer.Option(
+    None,
+    "--id-field",
+    help="JSON field of the id for a record without a key: a name, or a JSON Pointer such as /context/messageId"
+    " (default messageId).",
+)
+IdHeaderOption = typer.Option(
+    None, "--id-header", help="Take the id from this record header, and only from it (not the key or the value)."
+)
 
 
 def _positive_whole(flag: str):

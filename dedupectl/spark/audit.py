@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError
-from dedupectl.spark.extract import dead_letter_reason, input_id, output_id
+from dedupectl.spark.extract import dead_letter_reason, input_id, output_id, refuse_header_ids_in_files
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
 from dedupectl.spark.session import SparkSettings
@@ -84,6 +84,7 @@ class AuditRequest:
     window_ms: int | None = None
     value_format: str = "json"
     id_field: str = "messageId"
+    id_header: str | None = None  # the id is this header's value (input from Kafka only, read with headers)
     sample_size: int = 5
 
 
@@ -154,6 +155,8 @@ class _Span:
 def validate(request: AuditRequest) -> None:
     if request.value_format not in VALUE_FORMATS:
         raise ConfigError(f"value_format must be one of {', '.join(VALUE_FORMATS)}, got {request.value_format!r}")
+    if isinstance(request.input, FileSource):
+        refuse_header_ids_in_files("audit", request.id_header)
     if request.sample_size < 0:
         raise ConfigError(f"--samples must be 0 or more, got {request.sample_size}")
     if request.window_ms is not None and request.window_ms <= 0:
@@ -249,10 +252,12 @@ def _input_frame(spark: SparkSession, request: AuditRequest, ranges: list[Partit
     source = request.input
     if isinstance(source, TopicSource):
         options = spark_kafka_options(request.kafka, request.kafka_java_settings)
-        records = kafka_records(spark, options, source.topic, ranges)
+        records = kafka_records(spark, options, source.topic, ranges, headers=request.id_header is not None)
     else:
         records = select_file_range(file_records(spark, source), request.partitions, request.start, request.stop)
-    with_id = records.withColumn("id", input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
+    headers = F.col("headers") if request.id_header is not None else None
+    ident = input_id(F.col("key"), F.col("value"), request.value_format, request.id_field, headers, request.id_header)
+    with_id = records.withColumn("id", ident)
     # key and value are kept only for dead letters (their reason is computed later, for those rows alone)
     dead = F.col("id").isNull()
     return with_id.select(
@@ -262,6 +267,7 @@ def _input_frame(spark: SparkSession, request: AuditRequest, ranges: list[Partit
         "id",
         F.when(dead, F.col("key")).alias("dead_key"),
         F.when(dead, F.col("value")).alias("dead_value"),
+        *([] if headers is None else [F.when(dead, headers).alias("dead_headers")]),
     )
 
 
@@ -280,7 +286,10 @@ def _input_stats(inp: DataFrame) -> dict[int | None, dict[str, int]]:
 
 
 def _dead_letter_reasons(inp: DataFrame, request: AuditRequest) -> dict[str, int]:
-    reason = dead_letter_reason(F.col("dead_key"), F.col("dead_value"), request.value_format, request.id_field)
+    headers = None if request.id_header is None else F.col("dead_headers")
+    reason = dead_letter_reason(
+        F.col("dead_key"), F.col("dead_value"), request.value_format, request.id_field, headers, request.id_header
+    )
     rows = inp.where(F.col("id").isNull()).select(reason.alias("reason")).groupBy("reason").count().collect()
     return {row["reason"] or "unknown": row["count"] for row in rows}
 
@@ -352,7 +361,7 @@ def _output_frame(
         ranges_by_partition = {}
     # archived output without keys (bare events): the id is read from the value as for input
     ident = output_id(F.col("key"))
-    if isinstance(source, FileSource):
+    if isinstance(source, FileSource) and request.id_header is None:
         ident = F.coalesce(ident, input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
     in_range = _in_range(spans) if spans else F.lit(True)
     frame = records.select("partition", "offset", "timestamp_ms", ident.alias("id"), in_range.alias("in_range"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from dedupectl.config import KafkaConfig, resolve_worker_config
 from dedupectl.errors import ConfigError
+from dedupectl.messages import id_field_problem
 from dedupectl.spark.sources import FILE_FORMATS, FileSource, Source, TopicSource
 
 # The worker's configuration names both topics. A side read from files has none: it gets a name no topic can
@@ -28,6 +29,7 @@ class AuditSides:
     kafka: KafkaConfig | None  # None: both sides are files
     value_format: str
     id_field: str
+    id_header: str | None = None
 
 
 def audit_sides(
@@ -44,12 +46,16 @@ def audit_sides(
     if files_format not in FILE_FORMATS:
         raise ConfigError(f"--files-format must be one of {', '.join(FILE_FORMATS)}, got {files_format!r}")
     if input_files and output_files:
+        problem = id_field_problem(flags.get("id_field") or "messageId")
+        if problem:  # no worker configuration is resolved here to say it
+            raise ConfigError(f"--id-field {problem}")
         return AuditSides(
             input=FileSource(input_files, files_format),
             output=FileSource(output_files, files_format),
             kafka=None,
             value_format=flags.get("value_format") or "json",
             id_field=flags.get("id_field") or "messageId",
+            id_header=flags.get("id_header"),
         )
     read_from_files = {"input_topic": input_files, "output_topic": output_files}
     no_topics = {name: _NO_TOPIC[name] for name, files in read_from_files.items() if files}
@@ -60,4 +66,5 @@ def audit_sides(
         kafka=worker.kafka,
         value_format=worker.value_format,
         id_field=worker.id_field,
+        id_header=worker.id_header,
     )

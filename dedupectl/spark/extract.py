@@ -3,7 +3,8 @@
 An input record's id is what ``dedupectl.messages.extract_id`` says, exactly: the audit's idea of a valid id
 must be the worker's, or it would report every dead letter as a loss. With ``value_format = "json"`` that
 takes a JSON parse per record, so it runs as a Python UDF (the one Python step of the audit); with
-``"raw"`` the id is the key and Spark computes it natively.
+``"raw"`` the id is the key and Spark computes it natively. With ``id_header`` the id is that header's value:
+the records must be read with their headers (Spark's Kafka source, ``includeHeaders``).
 
 These functions are pickled by reference: executors import this module, so dedupectl must be installed in
 the executors' Python (see docs/spark-cluster.md).
@@ -15,24 +16,30 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType
 
+from dedupectl.errors import ConfigError
 from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id
 from store.codec import MAX_ID_BYTES
 
 
-def _id_or_none(value_format: str, id_field: str):
-    def extract(key: bytes | None, value: bytes | None) -> bytes | None:
+def _pairs(headers) -> list[tuple[str, bytes | None]] | None:
+    """Spark's ``array<struct<key, value>>`` headers as the Kafka clients give them."""
+    return None if headers is None else [(header["key"], header["value"]) for header in headers]
+
+
+def _id_or_none(value_format: str, id_field: str, id_header: str | None):
+    def extract(key: bytes | None, value: bytes | None, headers=None) -> bytes | None:
         try:
-            return extract_id(key, value, value_format, id_field)
+            return extract_id(key, value, value_format, id_field, _pairs(headers), id_header)
         except DeadLetter:
             return None
 
     return extract
 
 
-def _reason(value_format: str, id_field: str):
-    def reason(key: bytes | None, value: bytes | None) -> str | None:
+def _reason(value_format: str, id_field: str, id_header: str | None):
+    def reason(key: bytes | None, value: bytes | None, headers=None) -> str | None:
         try:
-            extract_id(key, value, value_format, id_field)
+            extract_id(key, value, value_format, id_field, _pairs(headers), id_header)
         except DeadLetter as dead:
             return dead.reason.value
         return None
@@ -40,22 +47,59 @@ def _reason(value_format: str, id_field: str):
     return reason
 
 
-def input_id(key: Column, value: Column, value_format: str, id_field: str) -> Column:
-    """The record's messageId (binary), or null where the worker would dead-letter it."""
+def input_id(
+    key: Column,
+    value: Column,
+    value_format: str,
+    id_field: str,
+    headers: Column | None = None,
+    id_header: str | None = None,
+) -> Column:
+    """The record's messageId (binary), or null where the worker would dead-letter it. ``headers``: the
+    records' headers column, needed with ``id_header``."""
+    if id_header is not None:
+        udf = F.udf(_id_or_none(value_format, id_field, id_header), BinaryType(), useArrow=False)
+        return udf(key, value, _needed(headers))
     if value_format == "raw":
         return F.when((F.length(key) > 0) & (F.length(key) <= MAX_ID_BYTES), key)
-    return F.udf(_id_or_none(value_format, id_field), BinaryType(), useArrow=False)(key, value)
+    return F.udf(_id_or_none(value_format, id_field, None), BinaryType(), useArrow=False)(key, value)
 
 
-def dead_letter_reason(key: Column, value: Column, value_format: str, id_field: str) -> Column:
+def dead_letter_reason(
+    key: Column,
+    value: Column,
+    value_format: str,
+    id_field: str,
+    headers: Column | None = None,
+    id_header: str | None = None,
+) -> Column:
     """Why the worker would dead-letter the record (apply only to records whose ``input_id`` is null)."""
+    if id_header is not None:
+        udf = F.udf(_reason(value_format, id_field, id_header), StringType(), useArrow=False)
+        return udf(key, value, _needed(headers))
     if value_format == "raw":
         return F.when(F.length(key) > MAX_ID_BYTES, F.lit(DeadLetterReason.ID_TOO_LONG.value)).otherwise(
             F.lit(DeadLetterReason.MISSING_ID.value)
         )
-    return F.udf(_reason(value_format, id_field), StringType(), useArrow=False)(key, value)
+    return F.udf(_reason(value_format, id_field, None), StringType(), useArrow=False)(key, value)
+
+
+def _needed(headers: Column | None) -> Column:
+    if headers is None:  # a caller's mistake: without the headers every record would look id-less
+        raise ValueError("ids from a header need the records' headers column")
+    return headers
 
 
 def output_id(key: Column) -> Column:
     """An output record's id is its key (the worker writes it so); null when it has none."""
     return F.when(F.length(key) > 0, key)
+
+
+def refuse_header_ids_in_files(command: str, id_header: str | None) -> None:
+    """Archived records carry no headers: with ``id_header`` their ids cannot be read as the worker's."""
+    if id_header is not None:
+        raise ConfigError(
+            f"{command} cannot read ids from archived input files: the worker takes them from the {id_header!r} "
+            "header, and archives keep no headers",
+            "read the range from the input topic instead",
+        )

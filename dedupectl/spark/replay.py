@@ -70,6 +70,7 @@ class ReplayRequest:
     stop: Bound | None = None
     value_format: str = "json"
     id_field: str = "messageId"
+    id_header: str | None = None  # the id is this header's value
     dry_run: bool = False
     data_dir: Path | None = None  # check the partitions' stores for ids the worker would drop
     group_id: str | None = None  # the worker's group: ids past its committed offsets are not yet consumed
@@ -217,7 +218,10 @@ def _input_ids(
 ) -> DataFrame:
     """The input range's records (with headers, to replay them whole) and each one's id by the worker's rules."""
     records = kafka_records(spark, options, request.input_topic, ranges, headers=True)
-    return records.withColumn("id", input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
+    ident = input_id(
+        F.col("key"), F.col("value"), request.value_format, request.id_field, F.col("headers"), request.id_header
+    )
+    return records.withColumn("id", ident)
 
 
 def _input_stats(inp: DataFrame) -> dict[int, tuple[int, int, int]]:

@@ -116,6 +116,7 @@ class Pipeline:
             values=list(map(Message.value, messages)),
             offsets=list(map(Message.offset, messages)),
             timestamps_ms=list(map(itemgetter(1), map(Message.timestamp, messages))),
+            headers=None if self.config.id_header is None else list(map(Message.headers, messages)),
         )
         decided = plan(
             owned.number,
@@ -123,6 +124,7 @@ class Pipeline:
             owned.store,
             value_format=self.config.value_format,
             id_field=self.config.id_field,
+            id_header=self.config.id_header,
             seen=seen,
         )
         return Outgoing.of(decided, messages)

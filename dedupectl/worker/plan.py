@@ -16,7 +16,7 @@ from itertools import compress
 from operator import not_, or_
 from typing import Protocol
 
-from dedupectl.messages import DeadLetter, extract_ids
+from dedupectl.messages import DeadLetter, Headers, extract_ids
 from store import clock
 from store.codec import encode_ids
 
@@ -41,6 +41,7 @@ class Records:
     values: Sequence[bytes | None]
     offsets: Sequence[int]  # input offsets
     timestamps_ms: Sequence[int]  # record timestamps; 0 or below when the record has none
+    headers: Sequence[Headers] | None = None  # each record's headers: read only where the id is a header
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,12 @@ def plan(
     *,
     value_format: str,
     id_field: str,
+    id_header: str | None = None,
     seen: Collection[bytes] | None = None,
     now_ms: Callable[[], int] = clock.now_ms,
 ) -> Plan:
     """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing)."""
-    ids, dead = extract_ids(records.keys, records.values, value_format, id_field)
+    ids, dead = extract_ids(records.keys, records.values, value_format, id_field, records.headers, id_header)
     # where each id first occurs (built from the end, so earlier positions overwrite later ones): a
     # repeat inside the batch is a duplicate, and the first occurrence is the one published
     first_at = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))

@@ -43,12 +43,15 @@ class Pipeline:
         }
         return resolve_worker_config(env={}, flags=flags)
 
-    def produce(self, records: Iterable[tuple[bytes | None, bytes | None]], partition: int | None = None) -> int:
-        """Produce (key, value) records in order (keyed records hash to their partition unless given)."""
+    def produce(self, records: Iterable[tuple], partition: int | None = None) -> int:
+        """Produce (key, value) or (key, value, headers) records in order (keyed records hash to their
+        partition unless given)."""
         producer = Producer({"bootstrap.servers": self.kafka.bootstrap_servers, "enable.idempotence": True})
         count = 0
-        for key, value in records:
+        for key, value, *headers in records:
             kwargs = {} if partition is None else {"partition": partition}
+            if headers:
+                kwargs["headers"] = headers[0]
             producer.produce(self.input_topic, value=value, key=key, **kwargs)
             count += 1
         assert producer.flush(30) == 0

@@ -1,5 +1,6 @@
 """Configuration: one resolution order, typed values, unknown keys refused, secrets redacted."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,27 @@ def test_the_stop_settings_from_every_source(tmp_path):
 def test_bad_stop_settings_are_refused(env, message):
     with pytest.raises(ConfigError, match=message):
         resolve_worker_config(env=env, flags=BASE)
+
+
+def test_where_the_id_is_from_every_source(tmp_path):
+    defaults = resolve_worker_config(env={}, flags=BASE)
+    assert (defaults.id_field, defaults.id_header) == ("messageId", None)
+    from_file = resolve_worker_config(write(tmp_path, 'id_field = "/context/messageId"\n'), {}, BASE)
+    assert from_file.id_field == "/context/messageId"
+    from_env = resolve_worker_config(env={"DEDUPECTL_ID_HEADER": "ce_id"}, flags=BASE)
+    assert from_env.id_header == "ce_id"
+    assert resolve_worker_config(env={}, flags={**BASE, "id_field": "/a~0b/c~1d"}).id_field == "/a~0b/c~1d"
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({}, {"id_field": "/a~2"}, "--id-field '/a~2' is not a JSON Pointer: '~' must be followed by 0"),
+        ({}, {"id_field": ""}, "--id-field is empty"),
+        ({"DEDUPECTL_ID_HEADER": ""}, {}, "DEDUPECTL_ID_HEADER is empty"),
+        ({"DEDUPECTL_ID_FIELD": "x"}, {"id_header": "h"}, "--id-header and DEDUPECTL_ID_FIELD are two places"),
+    ],
+)
+def test_an_id_nowhere_or_in_two_places_is_refused(env, flags, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve_worker_config(env=env, flags={**BASE, **flags})

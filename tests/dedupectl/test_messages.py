@@ -1,8 +1,9 @@
-"""Finding the messageId: the key first, the JSON field as fallback, a dead-letter reason otherwise."""
+"""Finding the messageId: a header when one is named, else the key first, the JSON field (a name or a JSON
+Pointer) as fallback, a dead-letter reason otherwise."""
 
 import pytest
 
-from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id, extract_ids
+from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id, extract_ids, id_field_problem
 
 EVENT = b'{"messageId": "ajs-1", "type": "track"}'
 
@@ -81,3 +82,45 @@ def test_a_raw_batch_needs_keys():
     ids, dead = extract_ids([b"a", None], [b"\x00", b"{}"], "raw", "messageId")
     assert ids == [b"a", None]
     assert [(index, reason.reason) for index, reason in dead] == [(1, DeadLetterReason.MISSING_ID)]
+
+
+NESTED = b'{"context": {"messageId": "ajs-n"}}'
+
+
+@pytest.mark.parametrize(
+    ("value_format", "id_field", "id_header"),
+    [("json", "/context/messageId", None), ("json", "messageId", "ce_id"), ("raw", "messageId", "ce_id")],
+)
+def test_a_batch_by_header_or_pointer_gets_the_same_answers_as_one_record_at_a_time(value_format, id_field, id_header):
+    # the worker reads a batch, trace and the Spark jobs one record: both must find the same ids
+    keys = [b"a", None, None, b"b", None, b"c", b"d", b"x" * 300]
+    values = [NESTED, NESTED, EVENT, b"[1]", b'{"context": {"messageId": 7}}', None, b"{}", NESTED]
+    headers = [
+        [("ce_id", b"h-1")],
+        [("ce_id", b"h-2"), ("ce_id", b"h-2")],
+        None,
+        [("ce_id", b"h-3")],
+        [("ce_id", b" ")],
+        [("ce_id", b"h-4")],
+        [("ce_id", b"h-5"), ("ce_id", b"h-6")],
+        [("ce_id", b"y" * 300)],
+    ]
+    ids, dead = extract_ids(keys, values, value_format, id_field, headers, id_header)
+    expected_ids, expected_dead = [], []
+    for index, (key, value, record_headers) in enumerate(zip(keys, values, headers, strict=True)):
+        try:
+            expected_ids.append(extract_id(key, value, value_format, id_field, record_headers, id_header))
+        except DeadLetter as reason:
+            expected_ids.append(None)
+            expected_dead.append((index, reason.reason, reason.detail))
+    assert ids == expected_ids
+    assert [(index, reason.reason, reason.detail) for index, reason in dead] == expected_dead
+    assert any(ids) and expected_dead
+
+
+def test_id_field_problems_are_said_before_any_record_is_read():
+    assert id_field_problem("messageId") is None
+    assert id_field_problem("a~2") is None  # a plain name is taken as it is
+    assert id_field_problem("/a~0b/c~1d/0") is None
+    assert "empty" in id_field_problem("")
+    assert "not a JSON Pointer" in id_field_problem("/a~")

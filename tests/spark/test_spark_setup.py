@@ -156,6 +156,8 @@ def test_audit_sides_from_files_topics_or_both(tmp_path):
 
     files_only = audit_sides(None, {"id_field": "eventId"}, input_files=archive, output_files=archive, env={})
     assert files_only.kafka is None and (files_only.value_format, files_only.id_field) == ("json", "eventId")
+    with pytest.raises(ConfigError, match="--id-field '/a~' is not a JSON Pointer"):
+        audit_sides(None, {"id_field": "/a~"}, input_files=archive, output_files=archive, env={})
 
     with pytest.raises(ConfigError, match="no output_topic given"):
         audit_sides(None, {**flags, "output_topic": None}, input_files=archive, env={})

@@ -17,6 +17,8 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     GroupIdOption,
+    IdFieldOption,
+    IdHeaderOption,
     InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
@@ -54,7 +56,6 @@ SparkKafkaOption = typer.Option(
 )
 FromOption = typer.Option(None, "--from", help=f"First input offset or time, inclusive: {FORMS}.")
 ToOption = typer.Option(None, "--to", help="Last input offset or time, exclusive (default: the end).")
-IdFieldOption = typer.Option(None, "--id-field", help="JSON field of the id (default messageId).")
 
 
 def _print_submit(settings: SparkSettings, command: str) -> None:
@@ -139,6 +140,7 @@ def audit(
     output_topic: str | None = OutputTopicOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
+    id_header: str | None = IdHeaderOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -170,6 +172,7 @@ def audit(
         "output_topic": output_topic,
         "value_format": value_format,
         "id_field": id_field,
+        "id_header": id_header,
         "kafka": parse_kafka_settings(kafka_setting),
     }
     files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
@@ -187,6 +190,7 @@ def audit(
         window_ms=None if window is None else parse_window(window),
         value_format=sides.value_format,
         id_field=sides.id_field,
+        id_header=sides.id_header,
         sample_size=samples,
     )
     report = _run_and_show(run, request, settings, json_output, _audit_json, _render_audit)
@@ -275,6 +279,7 @@ def replay(
     group_id: str | None = GroupIdOption,
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
+    id_header: str | None = IdHeaderOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -310,6 +315,7 @@ def replay(
             "group_id": group_id,
             "value_format": value_format,
             "id_field": id_field,
+            "id_header": id_header,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -323,6 +329,7 @@ def replay(
         stop=_bound(stop, "--to"),
         value_format=worker.value_format,
         id_field=worker.id_field,
+        id_header=worker.id_header,
         dry_run=dry_run,
         data_dir=data_dir,
         group_id=worker.group_id,

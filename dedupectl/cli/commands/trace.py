@@ -15,6 +15,8 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    IdFieldOption,
+    IdHeaderOption,
     InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
@@ -55,6 +57,8 @@ def trace(
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
+    id_field: str | None = IdFieldOption,
+    id_header: str | None = IdHeaderOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     log_level: str = LogLevelOption,
     json_output: bool = JsonOption,
@@ -76,6 +80,8 @@ def trace(
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,
             "data_dir": data_dir,
+            "id_field": id_field,
+            "id_header": id_header,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -95,6 +101,7 @@ def trace(
         data_dir=Path(worker.data_dir) if Path(worker.data_dir).is_dir() else None,
         value_format=worker.value_format,
         id_field=worker.id_field,
+        id_header=worker.id_header,
     )
     report = trace_message(request)
     if json_output:

@@ -102,6 +102,18 @@ def test_a_long_option_names_one_setting_and_a_setting_has_one_name() -> None:
         assert settings[name] == {param}, f"{name} is a range's {param} wherever it shows"
 
 
+def test_where_the_id_is_is_said_the_same_way_by_every_command_that_reads_ids() -> None:
+    helps: dict[str, set[str]] = defaultdict(set)
+    takers: dict[str, set[str]] = defaultdict(set)
+    for path, command in COMMANDS.items():
+        for option in _options(command, hidden=False):
+            for name in set(option.opts) & {"--id-field", "--id-header"}:
+                helps[name].add(option.help)
+                takers[name].add(path)
+    assert takers["--id-field"] == takers["--id-header"] == {"run", "trace", "audit", "replay"}
+    assert all(len(texts) == 1 for texts in helps.values()), helps
+
+
 def test_retired_spellings_are_hidden_and_kept_where_they_shipped() -> None:
     visible = [
         f"{path}: {name}"
@@ -151,6 +163,11 @@ def test_the_old_input_topic_flag_where_it_never_shipped_is_refused_with_the_new
         (["age", "-d", "{data}", "--max-keys", "0"], "--max-keys must be a positive whole number, got 0"),
         (["run", "-b", "x", "-t", "a", "-o", "b", "--batch-max-messages", "-5"], "--batch-max-messages must be"),
         (["run", "-b", "x", "-t", "a", "-o", "b", "--max-keys", "0"], "--max-keys must be a positive whole number"),
+        (["run", "-b", "x", "-t", "a", "-o", "b", "--id-field", "/a~2"], "--id-field '/a~2' is not a JSON Pointer"),
+        (
+            ["trace", "m-1", "-b", "x", "-t", "a", "-o", "b", "--id-header", "ce_id", "--id-field", "id"],
+            "--id-header and --id-field are two places for the id",
+        ),
     ],
 )
 def test_an_error_names_the_flag_not_the_config_key(tmp_path, args: list[str], named: str) -> None:

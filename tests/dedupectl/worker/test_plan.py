@@ -6,7 +6,7 @@ import pytest
 
 from dedupectl.messages import DeadLetterReason
 from dedupectl.worker.plan import Records, Verdict, plan
-from store.codec import encode_ids
+from store.codec import MAX_ID_BYTES, encode_ids
 from store.dedup_store import DedupStore
 
 NOW_MS = 1_700_000_000_000
@@ -32,8 +32,8 @@ def store(tmp_path):
         yield opened
 
 
-def decide(batch: Records, store, **options):
-    return plan(3, batch, store, value_format="json", id_field="messageId", now_ms=lambda: NOW_MS, **options)
+def decide(batch: Records, store, *, id_field: str = "messageId", **options):
+    return plan(3, batch, store, value_format="json", id_field=id_field, now_ms=lambda: NOW_MS, **options)
 
 
 def test_new_ids_are_published_in_input_order(store):
@@ -129,3 +129,104 @@ def test_a_batch_of_only_duplicates_and_dead_letters_publishes_nothing(store):
     assert (decided.ids, decided.keys, decided.values, decided.timestamps_ms) == ([], [], [], [])
     assert decided.verdicts() == [Verdict.DUPLICATE, Verdict.DEAD_LETTER]
     assert decided.next_input_offset == 102
+
+
+# -- where the id is: a header, a nested field (JSON Pointer), the key, a top-level field -------------------
+
+
+def with_headers(batch: Records, *headers) -> Records:
+    return Records(batch.keys, batch.values, batch.offsets, batch.timestamps_ms, headers=list(headers))
+
+
+def test_an_id_header_wins_over_the_key_and_the_value(store):
+    batch = with_headers(
+        records((b"user-1", b'{"messageId": "m-1"}'), (b"user-1", b'{"messageId": "m-2"}'), (None, b"{}")),
+        [("ce_id", b"e-1")],
+        [("other", b"x"), ("ce_id", b"e-2")],
+        [("ce_id", b"e-1")],
+    )
+    decided = decide(batch, store, id_header="ce_id")
+    assert decided.ids == [b"e-1", b"e-2"]
+    assert decided.verdicts() == [Verdict.PUBLISH, Verdict.PUBLISH, Verdict.DUPLICATE]
+
+
+def test_a_record_without_a_usable_id_header_is_a_dead_letter_even_with_a_key(store):
+    batch = with_headers(
+        records(*[(ajs(n), b'{"messageId": "m"}') for n in range(7)]),
+        [("ce_id", b"e-1")],
+        None,  # no headers at all
+        [("other", b"e-2")],
+        [("ce_id", None)],
+        [("ce_id", b"  ")],
+        [("ce_id", b"x" * 10_000)],
+        [("ce_id", b"a"), ("ce_id", b"b")],
+    )
+    decided = decide(batch, store, id_header="ce_id")
+    reasons = {position: (reason.reason, reason.detail) for position, reason in decided.dead}
+    assert reasons == {
+        1: (DeadLetterReason.MISSING_ID, "no 'ce_id' header"),
+        2: (DeadLetterReason.MISSING_ID, "no 'ce_id' header"),
+        3: (DeadLetterReason.MISSING_ID, "no 'ce_id' header"),
+        4: (DeadLetterReason.EMPTY_ID, "the 'ce_id' header is empty"),
+        5: (DeadLetterReason.ID_TOO_LONG, f"messageId is 10000 bytes, over {MAX_ID_BYTES}"),
+        6: (DeadLetterReason.INVALID_ID, "2 'ce_id' headers with different values"),
+    }
+    assert decided.ids == [b"e-1"]
+
+
+def test_an_id_header_repeated_with_one_value_is_that_value(store):
+    batch = with_headers(records((None, b"{}")), [("ce_id", b"e-1"), ("ce_id", b"e-1")])
+    assert decide(batch, store, id_header="ce_id").ids == [b"e-1"]
+
+
+def test_with_an_id_header_json_values_must_still_be_objects_and_raw_ones_are_not_read(store):
+    batch = with_headers(records((None, b"[1]"), (None, b"\xff")), [("ce_id", b"e-1")], [("ce_id", b"e-2")])
+    json_plan = decide(batch, store, id_header="ce_id")
+    assert [reason.reason for _, reason in json_plan.dead] == [
+        DeadLetterReason.NOT_AN_OBJECT,
+        DeadLetterReason.UNPARSEABLE,
+    ]
+    raw_plan = plan(3, batch, store, value_format="raw", id_field="messageId", id_header="ce_id")
+    assert raw_plan.ids == [b"e-1", b"e-2"]
+
+
+def test_a_json_pointer_finds_a_nested_id_in_a_record_without_a_key(store):
+    batch = records(
+        (None, b'{"context": {"messageId": "m-1"}}'),
+        (None, b'{"context": {"messageId": "m-1"}, "n": 2}'),
+        (b"keyed", b'{"context": {"messageId": "m-9"}}'),  # the key is still the id of a keyed record
+        (None, b'{"a/b": {"m~n": ["m-2"]}}'),
+    )
+    assert decide(batch, store, id_field="/context/messageId").ids == [b"m-1", b"keyed"]
+    escaped = records((None, batch.values[3]))  # "~1" is "/", "~0" is "~", and a number indexes an array
+    assert decide(escaped, store, id_field="/a~1b/m~0n/0").ids == [b"m-2"]
+
+
+def test_a_nested_id_that_is_absent_or_not_a_usable_string_is_a_dead_letter(store):
+    batch = records(
+        (None, b'{"context": {}}'),
+        (None, b'{"context": "m-1"}'),  # a string where an object should be
+        (None, b'{"messageId": "top-level is not nested"}'),
+        (None, b'{"context": {"messageId": 7}}'),
+        (None, b'{"context": {"messageId": {"id": "m-1"}}}'),
+        (None, b'{"context": {"messageId": " "}}'),
+        (None, b'{"context": {"messageId": null}}'),
+    )
+    decided = decide(batch, store, id_field="/context/messageId")
+    reasons = {position: (reason.reason, reason.detail) for position, reason in decided.dead}
+    missing = (DeadLetterReason.MISSING_ID, "no record key and no '/context/messageId' field")
+    assert reasons == {
+        0: missing,
+        1: missing,
+        2: missing,
+        3: (DeadLetterReason.INVALID_ID, "'/context/messageId' is a JSON number, not a string"),
+        4: (DeadLetterReason.INVALID_ID, "'/context/messageId' is a JSON object, not a string"),
+        5: (DeadLetterReason.EMPTY_ID, "'/context/messageId' is empty"),
+        6: missing,
+    }
+
+
+def test_a_plain_name_is_a_top_level_field_even_with_a_slash_inside(store):
+    batch = records((None, b'{"a/b": "m-1", "a": {"b": "m-2"}}'))
+    assert decide(batch, store, id_field="a/b").ids == [b"m-1"]
+    assert decide(batch, store, id_field="/a/b").ids == [b"m-2"]
