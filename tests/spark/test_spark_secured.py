@@ -162,3 +162,22 @@ def test_print_submit_redacts_a_password_given_as_a_flag(secure_kafka_broker):
     assert result.returncode == 0, result.stderr
     assert secret not in result.stdout + result.stderr
     assert "sasl.password=***" in result.stdout
+
+
+def test_a_job_names_the_setting_of_a_refused_handshake(secure_kafka_broker, deduplicated, spark_session, monkeypatch):
+    broker, topics = secure_kafka_broker, deduplicated
+    user = new_user(broker, f"handshake-{uuid.uuid4().hex[:6]}")
+    grant(broker, user.principal, audit_acls(topics.input, topics.output))
+    as_user(monkeypatch, user)
+    for name in [key for key in os.environ if key.startswith("DEDUPECTL_KAFKA_SSL_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("DEDUPECTL_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT")  # to the SASL_SSL port
+    monkeypatch.setenv("DEDUPECTL_TIMEOUT_S", "120")  # a refusal waited out like an outage would take minutes
+
+    result = CliRunner().invoke(app, ["audit", "-i", topics.input, "-o", topics.output, "--json"])
+
+    assert isinstance(result.exception, DedupeError), (result.output, result.exception)
+    assert result.exception.exit_code == 77, result.exception
+    assert "refused this client's connection" in str(result.exception)
+    assert "check security.protocol" in str(result.exception)
+    assert user.password not in str(result.exception) + result.output
