@@ -101,9 +101,13 @@ class Worker:
         """Process until ``stop`` is set (or nothing arrives for ``exit_on_idle_s``); returns the summary."""
         if isinstance(stop, StopRequest):  # a signal's stop waits only for work in hand
             stop.busy = self._busy
-        # a full or read-only volume, or a damaged store file, is the operator's, not a bug
-        with data_dir_faults(self.config.data_dir), translated():
-            return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
+        try:
+            # a full or read-only volume, or a damaged store file, is the operator's, not a bug
+            with data_dir_faults(self.config.data_dir), translated():
+                return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
+        finally:
+            if isinstance(stop, StopRequest):  # its error or summary is printed next: a stop has nothing to cut
+                stop.over.set()
 
     def _run(
         self,
@@ -141,6 +145,7 @@ class Worker:
                 "restart the worker: recovery makes its stores agree with the output topic",
             ) from error
         finally:
+            self._stopping = True  # however the loop ended (a stop, an error): closing is the stop's own work
             self._shutdown()
             gc.unfreeze()  # a worker run inside a longer-lived process (tests, benchmarks) leaves it as it was
         if self._partitions.close_failures:  # a stop is done only once it wrote what it owed (run: exit 74)

@@ -30,6 +30,7 @@ class StopRequest(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.busy: Callable[[], bool] = lambda: True
+        self.over = threading.Event()  # the worker has returned or raised: the process's own exit follows
 
 
 def stop_on_signals(stop_timeout_s: float | None = None) -> StopRequest:
@@ -61,7 +62,7 @@ def _watch(reader: socket.socket, writer: socket.socket, stop: StopRequest, boun
     log.info("%s received: finishing the batch in hand", first.name)
     stop.set()
     started = quiet_since = time.monotonic()
-    while True:
+    while not stop.over.is_set():
         second = _next_signal(reader, _POLL_S)
         now = time.monotonic()
         if second is not None:
