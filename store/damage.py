@@ -42,7 +42,10 @@ def corruption_of(error: BaseException, store: Path | None = None) -> StoreCorru
         seen.add(id(link))
         if isinstance(link, StoreCorruptError):
             return link
-        text = str(link)
+        try:
+            text = str(link)
+        except Exception:  # an error that cannot say itself (pyspark's, once its gateway is gone) is not RocksDB's
+            text = ""
         if text.startswith(_ROCKSDB_CORRUPTION):
             named = _FILE_IN_TEXT.search(text)
             what = f"store file {named.group(1)}" if named else f"store {store}" if store else "a store file"

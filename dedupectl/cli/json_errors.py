@@ -21,7 +21,8 @@ def error_object(error: BaseException) -> dict[str, Any]:
     """The JSON a failed command prints with --json: what the error line says, split, and the exit code."""
     from store.damage import corruption_of  # here: only a failing command pays for the import
 
-    error = corruption_of(error) or error  # RocksDB's report of a damaged file is the operator's, not a bug
+    if not isinstance(error, DedupeError):  # RocksDB's report of a damaged file is the operator's, not a bug
+        error = corruption_of(error) or error
     if isinstance(error, DedupeError):
         kind, message, hint, code = type(error).__name__, error.message, error.hint, error.exit_code
     elif isinstance(error, _USAGE_ERROR):  # an option or argument that does not parse
