@@ -113,8 +113,9 @@ def main() -> None:
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, *topic]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
-            if prefilled:  # a bound that holds the prefill and the run's ids: nothing ages, as on the empty stores
-                command += ["--max-keys", str((args.prefilled_ids + args.count) // PARTITIONS * 2)]
+            if prefilled:  # the bound the bulk load sized each filter for (a changed bound rebuilds the filter at
+                # the first lookup); it holds the prefill and the run's ids: nothing ages, as on the empty stores
+                command += ["--max-keys", str(args.prefilled_ids // PARTITIONS * 2)]
             run = _json_from(command, cwd=checkout)  # python -m takes the code of its working directory first
             check = check_output(kafka, output, expected)
             shutil.rmtree(data_dir, ignore_errors=True)
