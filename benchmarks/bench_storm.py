@@ -3,16 +3,16 @@
     python benchmarks/bench_storm.py [--count 1000000] [--duplicates 0.3] [--small-ids 1000000]
         [--large-ids 100000000] [--repeat 3] [--large-dir DIR] [--out benchmarks/results/storm.json]
 
-Two data directories are bulk loaded (``store.bulk_load``, as ``dedupectl rebuild`` makes a store), one
-holding ``--small-ids`` and one ``--large-ids`` ids in all, a quarter in each of 4 partitions' stores. Each is
-given its own input of ``--count`` events on a broker of its own: the same new events, and a share of
-``--duplicates`` that are ids its stores hold, drawn uniformly over every id of each partition's store (so over
-every generation of the window, not only the recent ones a client's retries hit), each drawn once, produced to
-the partition whose store holds it, among the new ones in the same order. ``dedupectl run`` then runs on a
-hard-linked copy of each directory in turn, ``--repeat`` times, with the bound the bulk load sized each
-store's filter for (twice the ids it holds: nothing ages). Every output is read back (read_committed): it must
-hold each new id once and none of the duplicates. Throughput is from the first record consumed to the last transaction committed; the large
-stores' median run is reported against the small stores'.
+Two data directories are bulk loaded (``store.bulk_load``, as ``dedupectl rebuild`` makes a store), one holding
+``--small-ids`` and one ``--large-ids`` ids in all, a quarter in each of 4 partitions' stores. Each is given its
+own input of ``--count`` events on a broker of its own: the same new events, and a share of ``--duplicates``
+that are ids its stores hold, drawn uniformly over every id of each partition's store (so over every generation
+of the window, not only the recent ones a client's retries hit), each drawn once, produced to the partition
+whose store holds it, among the new ones in the same order. ``dedupectl run`` then runs on a hard-linked copy of
+each directory in turn, ``--repeat`` times, with the bound the bulk load sized each store's filter for (twice
+the ids it holds: nothing ages). Every output is read back (read_committed): it must hold each new id once and
+none of the duplicates. Throughput is from the first record consumed to the last transaction committed; the
+large stores' median run is reported against the small stores'.
 
 ``--large-dir`` keeps the large bulk load between invocations (``bench_worker.py --prefilled-dir`` makes the
 same one for topic ``in``: the two can share it).
