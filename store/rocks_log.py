@@ -88,13 +88,18 @@ class StatsDump:
 
 
 def last_stats_dump(store_dir: Path) -> StatsDump | None:
-    """The most recent statistics dump of the store's writer, if its LOG still holds one."""
+    """The most recent complete statistics dump of the store's writer, if its LOG still holds one. The writer
+    logs a dump's counters as a second message after its tables: a dump read between the two is passed over
+    for the one before it, which has them, when there is one."""
+    newest: StatsDump | None = None
     for path in reversed(log_files(store_dir)):
         lines, _ = read_lines(path)
-        starts = [index for index, line in enumerate(lines) if _DUMP_START in line.text]
-        if starts:
-            return _parse_dump(lines, starts[-1])
-    return None
+        for start in reversed([index for index, line in enumerate(lines) if _DUMP_START in line.text]):
+            dump = _parse_dump(lines, start)
+            if dump.counters or newest is not None:  # with statistics off no dump has counters
+                return dump if dump.counters else newest
+            newest = dump
+    return newest
 
 
 def _parse_dump(lines: list[LogLine], start: int) -> StatsDump:
