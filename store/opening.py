@@ -102,8 +102,15 @@ def open_reader(path: Path, scratch: str) -> tuple[tuple[str, ...], Rdict, bool]
             if db is not None:
                 db.close()
             # the writer dropped or added a generation between the listing and the open: list again
-            if any(race in str(error) for race in _FAMILY_RACES) and backoff.wait():
+            raced = any(race in str(error) for race in _FAMILY_RACES)
+            if raced and backoff.wait():
                 continue
+            if raced:  # RocksDB calls it corruption; it is the writer's churn, and the store is whole
+                raise StoreError(
+                    f"store {path}: its worker added or dropped generations during every open for "
+                    f"{_SECONDARY_OPEN_SECONDS:.0f} s",
+                    "run the command again; if it fails again, run it while the worker is stopped",
+                ) from error
             if isinstance(error, StoreError):
                 raise
             raise translate_open_error(path, error) from error

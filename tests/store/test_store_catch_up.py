@@ -73,3 +73,32 @@ def test_a_store_no_writer_holds_is_read_without_catching_up(tmp_path, monkeypat
     with DedupStore.open_secondary(path) as reader:  # the writer is gone: a read-only instance, nothing to follow
         assert marks == []
         assert reader.state.next_seq == 1_000 and all(reader.contains_many(_ids(0, 1_000)))
+
+
+def test_a_reader_that_meets_a_new_generation_at_every_open_is_told_to_retry_not_that_the_store_is_damaged(
+    tmp_path, monkeypatch
+):
+    import store.dedup_store
+    import store.generations
+    import store.opening as opening
+
+    monkeypatch.setattr(store.dedup_store, "MIN_FILTER_WINDOW", 1)
+    monkeypatch.setattr(store.generations, "MIN_GENERATION_IDS", 1)
+    monkeypatch.setattr(opening, "_SECONDARY_OPEN_SECONDS", 0.2)
+    path = tmp_path / "t-0"
+    with DedupStore.open(path, topic="t", partition=0, window_ids=1_000) as writer:
+        _record(writer, 0, 500)
+        recorded = iter(range(500, 10_000_000, 500))
+        real_catch_up = opening.catch_up
+
+        def catch_up_after_a_new_generation(db, at, opened_at=None):
+            _record(writer, next(recorded), 500)  # the writer starts a generation the reader did not open
+            writer.flush()  # and records its file in the MANIFEST
+            return real_catch_up(db, at, opened_at)
+
+        monkeypatch.setattr(opening, "catch_up", catch_up_after_a_new_generation)
+        with pytest.raises(StoreError) as raised:
+            DedupStore.open_secondary(path)
+    assert type(raised.value) is StoreError  # not StoreCorruptError: the store is whole
+    message = str(raised.value)
+    assert "\n" not in message and "run the command again" in message and str(path) in message
