@@ -96,10 +96,16 @@ def test_inspection_commands_follow_a_live_writer_without_blocking_it(live_store
     assert "flush" in kinds and "compaction" in kinds, jobs  # flushes, and generations sealed
     assert all(job["family"] in ("ids", "times", "meta", "default") for job in jobs if job["kind"] == "flush"), jobs
 
-    newest = window["newest_seq"]
-    found, gone = _run_json("lookup", *d, f"ajs-{newest:032x}", f"ajs-{0:032x}")
-    assert found["in_window"] and found["seq"] == newest and found["partition"] == 0
+    # the writer goes on meanwhile and ages ids out within a second or two: look up every 100th id from the
+    # newest `window` saw to far past it; those in the window the lookup read must be one unbroken run
+    candidates = range(window["newest_seq"], window["newest_seq"] + 2_000_000, 100)
+    gone, *answers = _run_json("lookup", *d, f"ajs-{0:032x}", *(f"ajs-{n:032x}" for n in candidates))
     assert not gone["in_window"]  # id 0 was aged out
+    held = [(n, answer) for n, answer in zip(candidates, answers, strict=True) if answer["in_window"]]
+    assert held, "the lookup found none of the ids the writer recorded since `window`"
+    assert all(answer["seq"] == n and answer["partition"] == 0 for n, answer in held)
+    first = candidates.index(held[0][0])
+    assert [n for n, _ in held] == list(candidates[first : first + len(held)])  # no holes in the window
 
     (dry,) = _run_json("age", *d, "--max-keys", "1000", "--dry-run")
     assert dry["dry_run"] and dry["reason"] == "max_keys" and dry["live_ids_after"] == 1000
