@@ -202,5 +202,3 @@ def batch_digests_joined(joined: bytes, key_bytes: int) -> bytes:
         joined[start : start + DIGEST_CHUNK * key_bytes] for start in range(0, len(joined), DIGEST_CHUNK * key_bytes)
     )
     return b"".join(_digest(chunk, lengths[: len(chunk) // key_bytes]) for chunk in chunks)
-
-
