@@ -1,7 +1,8 @@
 """The store's one background job in a child process: writing a sealed generation's fixed-width ids to sealed
 arrays (``store.arrays_writer``), one generation at a time. Its protocol is the one every background job of the
 store keeps: ``start_next`` (between batches), ``finished`` (poll, or wait), ``void`` (ids changed meanwhile:
-written again), ``stop`` (the store closes: the next writer writes them again). What is done with a finished
+written again), ``abandon`` (aging drops the generation), ``stop`` (the store closes: the next writer writes
+them again). What is done with a finished
 job, the store's generation keeper decides (``store.generation_keeper``)."""
 
 from __future__ import annotations
@@ -87,6 +88,19 @@ class ArraysJob:
         """Ids changed in sealed generations: arrays being written may lack the change, and are written again."""
         if self.running is not None:
             self.running.void = True
+
+    def abandon(self, generation: Generation) -> Conversion | None:
+        """Aging reached the generation being written: its child is killed and the job taken back at once
+        (the thread only waits for the child), so that aging never waits for arrays it would delete."""
+        conversion = self.running
+        if conversion is None or conversion.generation is not generation:
+            return None
+        conversion.void = conversion.stopped = True
+        if conversion.child is not None:
+            conversion.child.process.kill()
+        conversion.thread.join()
+        self.running = None
+        return conversion
 
     def stop(self) -> None:
         """At a stop: no job starts, and the one under way is ended (its child killed); ``finished`` then takes

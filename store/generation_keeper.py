@@ -153,16 +153,19 @@ class GenerationKeeper:
                 generation.family.compact_range(None, None, seal_options())
 
     def drop_below(self, cut: int, next_seq: int) -> tuple[int, int]:
-        """Drop the generations whose every number is below ``cut`` (never one being sealed: a later step takes
-        it); returns ``(generations, bytes)`` dropped."""
+        """Drop the generations whose every number is below ``cut`` (never one RocksDB is compacting: a later step
+        takes it; one whose sealed arrays are being written, its writing is abandoned); returns ``(generations,
+        bytes)`` dropped."""
         dropped = freed = 0
-        running = self._arrays.running
         for generation in list(self.generations):
             if self.generations.end_of(generation, next_seq) > cut:
                 break
             thread = self._sealing.get(generation.name)
-            if (thread is not None and thread.is_alive()) or (running is not None and running.generation is generation):
+            if thread is not None and thread.is_alive():
                 break
+            abandoned = self._arrays.abandon(generation)
+            if abandoned is not None:
+                arrays_files.remove(self._path, abandoned.names or [])
             self._sealing.pop(generation.name, None)
             freed += generation.family.property_int_value("rocksdb.total-sst-files-size") or 0
             freed += arrays_files.bytes_of(generation.arrays)

@@ -109,6 +109,27 @@ def test_aging_drops_a_generation_with_its_arrays(tmp_path, window):
         _check_exact(reader, ids, range(cut, len(ids)), unseen)
 
 
+def test_aging_does_not_wait_for_the_arrays_of_a_generation_it_drops(tmp_path, window):
+    path = tmp_path / "events-0"
+    ids, unseen = distinct_mixed_ids(9_000, SEED), distinct_mixed_ids(500, SEED + 1)
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _fill(store, ids)  # the last batches sealed generations whose arrays are being written now
+        writing = store._keeper._arrays.running
+        assert writing is not None
+        result = age_step(store, AgingPolicy(max_keys=1_000))
+        assert store._keeper._arrays.running is not writing
+        assert writing.generation.name not in {name for name, _, _ in store.id_families()}
+        (_, oldest_first, oldest_end), *_ = store.id_families()
+        assert result.generations_dropped >= 2 and oldest_first <= result.first_live_seq < oldest_end
+        _check_exact(store, ids, range(result.first_live_seq, len(ids)), unseen)
+        assert store.wait_for_seals(60)
+        named = {file.name for _, file, _ in store.arrays_files()}
+    unnamed = {file.name for file in path.glob(f"*{generation_arrays.SUFFIX}")} - named
+    with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
+        _check_exact(store, ids, range(result.first_live_seq, len(ids)), unseen)
+    assert not any((path / name).exists() for name in unnamed)  # what the killed child wrote goes at the open
+
+
 def test_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
     path = tmp_path / "events-0"
     ids, unseen = distinct_mixed_ids(8_000, SEED), distinct_mixed_ids(500, SEED + 1)
