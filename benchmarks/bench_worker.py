@@ -84,8 +84,7 @@ def main() -> None:
         action="append",
         default=[],
         choices=["auto", "murmur2", "crc32", "any"],
-        help="also run dedupectl with this --partitioner each round (its other runs use the default, auto); "
-        "repeatable",
+        help="also run dedupectl with this --partitioner each round (its other runs use the default, auto); repeatable",
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
