@@ -14,6 +14,10 @@ as ``dedupectl rebuild`` does) and hard-linked into a fresh data directory for e
 reported against the empty-store runs of the same rounds. ``--prefilled-dir`` keeps the bulk-loaded stores
 between invocations.
 
+With ``--also-partitioner NAME`` (repeatable), each round also runs ``dedupectl run --partitioner NAME`` on
+the same input (the sample is produced by librdkafka's default partitioner, CRC32, so the default ``auto``
+settles on crc32); its throughput is reported against the default's, as a ratio of the median runs.
+
 With ``--baseline-checkout DIR`` (a checkout of an earlier commit, e.g. ``git worktree add DIR COMMIT``), each
 round also runs that checkout's ``dedupectl run`` (its code, this interpreter and its packages) on the same
 input, after this checkout's: its throughput is reported beside this one's, as a ratio of the median runs.
@@ -75,6 +79,13 @@ def main() -> None:
     )
     add_prefill_options(parser)
     parser.add_argument("--baseline-checkout", type=Path, help="also run the dedupectl of this checkout, each round")
+    parser.add_argument(
+        "--also-partitioner",
+        action="append",
+        default=[],
+        choices=["auto", "murmur2", "crc32", "any"],
+        help="also run dedupectl with this --partitioner each round (its other runs use the default, auto); repeatable",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 
@@ -101,9 +112,12 @@ def main() -> None:
                 [python, str(ROOT / "benchmarks/peers/copy_floor.py"), kafka.bootstrap_servers, "in", output]
             )
 
-        def dedupectl_run(round_: int, prefilled: bool = False, checkout: Path | None = None) -> dict:
+        def dedupectl_run(
+            round_: int, prefilled: bool = False, checkout: Path | None = None, partitioner: str | None = None
+        ) -> dict:
             name = f"{round_}-prefilled" if prefilled else str(round_)
             name = f"{name}-baseline" if checkout is not None else name
+            name = f"{name}-{partitioner}" if partitioner is not None else name
             output = f"out-dedup-{name}"
             create_topics(kafka, [output], PARTITIONS)
             data_dir = data / f"data-{name}"
@@ -116,6 +130,8 @@ def main() -> None:
             if prefilled:  # the bound the bulk load sized each filter for (a changed bound rebuilds the filter at
                 # the first lookup); it holds the prefill and the run's ids: nothing ages, as on the empty stores
                 command += ["--max-keys", str(args.prefilled_ids // PARTITIONS * 2)]
+            if partitioner is not None:
+                command += ["--partitioner", partitioner]
             run = _json_from(command, cwd=checkout)  # python -m takes the code of its working directory first
             check = check_output(kafka, output, expected)
             shutil.rmtree(data_dir, ignore_errors=True)
@@ -126,6 +142,8 @@ def main() -> None:
         prefill_seconds = None
         if args.baseline_checkout:
             runs["baseline"] = []
+        for partitioner in args.also_partitioner:
+            runs[f"partitioner {partitioner}"] = []
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
@@ -143,6 +161,9 @@ def main() -> None:
             if args.baseline_checkout:
                 with console.status(f"round {round_ + 1}/{args.repeat}: the baseline checkout's dedupectl run"):
                     runs["baseline"].append(dedupectl_run(round_, checkout=args.baseline_checkout.resolve()))
+            for partitioner in args.also_partitioner:
+                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run --partitioner {partitioner}"):
+                    runs[f"partitioner {partitioner}"].append(dedupectl_run(round_, partitioner=partitioner))
             if args.prefilled_ids:
                 with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the pre-filled stores"):
                     runs["dedupectl_prefilled"].append(dedupectl_run(round_, prefilled=True))
@@ -175,6 +196,7 @@ def main() -> None:
     for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
         table.add_column(column, justify="right" if column != "system" else "left")
     shown = ["copy", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
+    shown += [f"partitioner {partitioner}" for partitioner in args.also_partitioner]
     for name in shown + (["dedupectl_prefilled"] if args.prefilled_ids else []):
         figures = results[name]
         ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
@@ -219,6 +241,10 @@ def main() -> None:
             f"against the baseline checkout {args.baseline_checkout}: "
             f"{report['ratios']['dedupectl_vs_baseline']:.2f}x (median runs)"
         )
+    for partitioner in args.also_partitioner:
+        theirs = results[f"partitioner {partitioner}"]["messages_per_second"]
+        report["ratios"][f"partitioner_{partitioner}_vs_default"] = theirs / ours
+        console.print(f"--partitioner {partitioner}: {theirs / ours:.3f}x the throughput of the default (median runs)")
     if args.prefilled_ids:
         report["ratios"]["prefilled_vs_empty"] = results["dedupectl_prefilled"]["messages_per_second"] / ours
         console.print(

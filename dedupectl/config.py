@@ -91,6 +91,9 @@ KAFKA_KEYS_OWNED = frozenset(
 )
 
 VALUE_FORMATS = ("json", "raw")
+# the names of dedupectl.partitioner.PARTITIONERS, spelt out: resolving a config must not load numpy
+PARTITIONER_CHOICES = ("auto", "murmur2", "crc32", "any")
+MISROUTED_ACTIONS = ("publish", "dead-letter")
 
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
@@ -118,6 +121,9 @@ class WorkerConfig:
     value_format: str = "json"
     id_field: str = "messageId"  # a top-level name, or a JSON Pointer (/context/messageId) for a nested field
     id_header: str | None = None  # the id is this record header's value, and only it (dedupectl.messages)
+    # what each keyed record's partition is checked against (dedupectl.worker.routing); any: not checked
+    partitioner: str = "auto"
+    misrouted: str = "publish"  # a record in the wrong partition: published as usual, or a dead letter
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
@@ -170,6 +176,8 @@ _WORKER_FIELDS: dict[str, type] = {
     "value_format": str,
     "id_field": str,
     "id_header": str,
+    "partitioner": str,
+    "misrouted": str,
     "transaction_timeout_ms": int,
     "session_timeout_ms": int,
     "metrics_port": int,
@@ -341,6 +349,8 @@ def resolve_worker_config(
                 "value_format",
                 "id_field",
                 "id_header",
+                "partitioner",
+                "misrouted",
                 "transaction_timeout_ms",
                 "session_timeout_ms",
                 "metrics_port",
@@ -413,6 +423,13 @@ def _duration(text: str | None, what: str) -> float | None:
     return parse_duration(text, what=what, positive=True)
 
 
+def _validate_choices(config: WorkerConfig, named: _Named) -> None:
+    choices = (("value_format", VALUE_FORMATS), ("partitioner", PARTITIONER_CHOICES), ("misrouted", MISROUTED_ACTIONS))
+    for name, allowed in choices:
+        if getattr(config, name) not in allowed:
+            raise ConfigError(f"{named(name)} must be one of {', '.join(allowed)}, got {getattr(config, name)!r}")
+
+
 def _validate(config: WorkerConfig, named: _Named) -> None:
     for name in (
         "batch_max_messages",
@@ -423,10 +440,7 @@ def _validate(config: WorkerConfig, named: _Named) -> None:
     ):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{named(name)} must be positive, got {getattr(config, name)}")
-    if config.value_format not in VALUE_FORMATS:
-        raise ConfigError(
-            f"{named('value_format')} must be one of {', '.join(VALUE_FORMATS)}, got {config.value_format!r}"
-        )
+    _validate_choices(config, named)
     from dedupectl.messages import id_field_problem  # loads simdjson: not for every command's --help
 
     problem = id_field_problem(config.id_field)

@@ -4,8 +4,9 @@ against the floor, store size, last commit age and a verdict, from any host that
 Where each figure comes from:
 - Kafka (always): the input's end offsets, the group's committed offsets (lag, and messages/s from two reads),
   the group's members and their assignments (owner: the static member id is the worker id);
-- the workers' metrics endpoints (``--metrics``): window, store bytes, refusals, the worker's last commit, and
-  whether a partition's owner is still alive (an endpoint on its host that refuses connections says it is not);
+- the workers' metrics endpoints (``--metrics``): window, store bytes, refusals, the worker's last commit,
+  records in the wrong partition or without a key (counted since the worker started), and whether a
+  partition's owner is still alive (an endpoint on its host that refuses connections says it is not);
 - data directories readable from here (``--data-dir``): window, store bytes and refusals from the stores
   (opened as secondaries, as ``dedupectl window`` does), and the hosts in the workers' status files.
 A figure that none of these gives is left empty, and the report says why in ``unavailable``.
@@ -40,10 +41,12 @@ DEFAULT_MAX_LAG = 1000
 REACH_TIMEOUT_S = 5.0  # a look at the fleet names an unreachable broker this soon, instead of waiting it out
 READ_ONLY_ADVICE = "check the bootstrap servers (-b / bootstrap_servers), the network and the brokers"
 
-# verdicts, worst first; all but LAGGING and ok page (exit 1), LAGGING is a warning
+# verdicts, worst first; all but the warnings and ok page (exit 1). MISROUTED: copies of one id in two
+# partitions are all published; UNKEYED: they may be, if the producer spreads an id's copies (not checkable)
 REFUSED, BELOW_FLOOR, NO_OWNER, ENDPOINT_DOWN = "REFUSED", "BELOW FLOOR", "NO OWNER", "ENDPOINT DOWN"
-STALLED, LAGGING, OK = "STALLED", "LAGGING", "ok"
-FAILING = (REFUSED, BELOW_FLOOR, NO_OWNER, ENDPOINT_DOWN, STALLED)
+STALLED, MISROUTED, LAGGING, UNKEYED, OK = "STALLED", "MISROUTED", "LAGGING", "UNKEYED", "ok"
+FAILING = (REFUSED, BELOW_FLOOR, NO_OWNER, ENDPOINT_DOWN, STALLED, MISROUTED)
+WARNINGS = (LAGGING, UNKEYED)
 
 
 @dataclass(frozen=True)
@@ -98,6 +101,8 @@ class PartitionStatus:
     refused: str | None
     store_figures_from: str | None
     verdict: str
+    misrouted: int | None = None  # since its worker started; None: no endpoint reports the partition
+    unkeyed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -270,8 +275,12 @@ def _verdict(request: StatusRequest, row: dict, endpoint_down: bool) -> str:
         return ENDPOINT_DOWN
     if lag and age is not None and age > request.stall_s:
         return STALLED
+    if row["misrouted"]:
+        return MISROUTED
     if lag is not None and lag > request.max_lag:
         return LAGGING
+    if row["unkeyed"]:
+        return UNKEYED
     return OK
 
 
@@ -303,6 +312,8 @@ def partition_status(
         "last_commit_age_s": None if last_commit is None else max(time.time() - last_commit, 0.0),
         "refused": figure.refused,
         "store_figures_from": stores.sources.get(p),
+        "misrouted": figure.misrouted if p in stores.last_commit_at else None,  # only an endpoint counts them
+        "unkeyed": figure.unkeyed if p in stores.last_commit_at else None,
     }
     return PartitionStatus(**row, verdict=_verdict(request, row, _endpoint_down(now, stores, p)))
 

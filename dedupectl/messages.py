@@ -31,6 +31,7 @@ class DeadLetterReason(StrEnum):
     EMPTY_ID = "empty-id"
     INVALID_ID = "invalid-id"
     ID_TOO_LONG = "id-too-long"
+    MISROUTED = "misrouted"  # in another partition than the topic's partitioner gives its key (--misrouted)
 
 
 Headers = Iterable[tuple[str, bytes | None]] | None  # a record's headers, as the Kafka clients give them

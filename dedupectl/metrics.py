@@ -40,6 +40,18 @@ class WorkerMetrics:
         self.dead_letters = Counter(
             "dedupectl_dead_letters", "Records sent to the dead-letter topic", _LABEL, registry=r
         )
+        self.misrouted = Counter(
+            "dedupectl_misrouted_records",
+            "Keyed records in another partition than the topic's partitioner gives their key (--partitioner)",
+            _LABEL,
+            registry=r,
+        )
+        self.unkeyed = Counter(
+            "dedupectl_unkeyed_records",
+            "Records without a key whose id came from the value or a header: not checked for their partition",
+            _LABEL,
+            registry=r,
+        )
         self.recovered = Counter(
             "dedupectl_recovered_ids", "Ids found in the output and recorded by recovery", _LABEL, registry=r
         )

@@ -22,6 +22,8 @@ class PartitionFigures:
     window_seconds: float | None = None  # None: the store holds no id (the gauge is NaN)
     store_bytes: int | None = None
     refused: str | None = None  # the reason label of dedupectl_partition_refused
+    misrouted: int = 0  # records in another partition than the partitioner's, since the worker started
+    unkeyed: int = 0  # records without a key whose id came from the value or a header, likewise
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,10 @@ def parse_metrics(url: str, text: str) -> Scrape:
     windows: dict[int, float | None] = {}
     sizes: dict[int, int] = {}
     refused: dict[int, str] = {}
+    routing: dict[str, dict[int, int]] = {
+        "dedupectl_misrouted_records_total": {},
+        "dedupectl_unkeyed_records_total": {},
+    }
     last_commit, version = None, None
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -73,6 +79,8 @@ def parse_metrics(url: str, text: str) -> Scrape:
                 sizes[int(labels["partition"])] = int(value)
             elif name == "dedupectl_partition_refused" and value == 1:
                 refused[int(labels["partition"])] = labels.get("reason", "")
+            elif name in routing:
+                routing[name][int(labels["partition"])] = int(value)
             elif name == "dedupectl_last_commit_timestamp_seconds":
                 last_commit = value or None  # 0: never committed
             elif name == "dedupectl_build_info":
@@ -80,5 +88,9 @@ def parse_metrics(url: str, text: str) -> Scrape:
     if version is None:
         raise ValueError("no dedupectl_build_info series")
     held = set(windows) | set(sizes) | set(refused)
-    figures = {p: PartitionFigures(windows.get(p), sizes.get(p), refused.get(p)) for p in held}
+    misrouted, unkeyed = routing.values()
+    figures = {
+        p: PartitionFigures(windows.get(p), sizes.get(p), refused.get(p), misrouted.get(p, 0), unkeyed.get(p, 0))
+        for p in held
+    }
     return Scrape(url, partitions=figures, last_commit_at=last_commit, version=version)

@@ -40,6 +40,7 @@ from dedupectl.worker.permissions import prove_permissions
 from dedupectl.worker.pipeline import Pipeline
 from dedupectl.worker.publisher import TransactionalPublisher
 from dedupectl.worker.recovery import Recovery
+from dedupectl.worker.routing import RouteCheck
 from dedupectl.worker.signals import StopRequest
 from dedupectl.worker.summary import RunSummary
 from reconcile.kafka import partition_counts
@@ -221,6 +222,7 @@ class Worker:
                 f"give the output {inputs} partitions: a record goes to the output partition of its input partition",
             )
         self._publisher.dead_letter_partitions = counts[config.dead_letter_topic]
+        self._pipeline.routing = RouteCheck(config.partitioner, inputs)
 
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)

@@ -19,6 +19,8 @@ from dedupectl.worker.partitions import Partition, Partitions
 from dedupectl.worker.plan import Plan, Records, plan
 from dedupectl.worker.publisher import CommitDone, InFlight, Outgoing, TransactionalPublisher
 from dedupectl.worker.recovery import Recovery
+from dedupectl.worker.routing import NOTHING_MISROUTED, RouteCheck
+from dedupectl.worker.routing_log import RoutingLog
 from dedupectl.worker.summary import RunSummary
 
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
@@ -48,6 +50,9 @@ class Pipeline:
         self._crashpoint = crashpoint
         self.in_flight: InFlight | None = None  # the batch committing while the next one is collected
         self._rewinds = 0  # seeks back to the committed offsets so far: a batch collected across one is void
+        # set once the input's partition count is known; until then (and with --partitioner any) nothing is checked
+        self.routing = RouteCheck("any", 0)
+        self._routing_log = RoutingLog()
 
     def collect(self) -> list[Message]:
         """Up to batch_max_messages / batch_max_bytes, waiting at most batch_max_ms."""
@@ -99,6 +104,8 @@ class Pipeline:
                 self._recovery.recover(owned)
             outgoing.append(self.plan(owned, by_partition[owned.number], seen.get(owned.number)))
         self.in_flight = None
+        if self.routing.active:
+            self._routing_log.summarise_if_due()
         done = None if committed is None else self._settle(committed)
         if committed is not None and done is None:
             return
@@ -118,6 +125,8 @@ class Pipeline:
             timestamps_ms=list(map(itemgetter(1), map(Message.timestamp, messages))),
             headers=None if self.config.id_header is None else list(map(Message.headers, messages)),
         )
+        check = self.routing.active
+        routing = self.routing.check(owned.number, records.keys) if check else NOTHING_MISROUTED
         decided = plan(
             owned.number,
             records,
@@ -126,7 +135,12 @@ class Pipeline:
             id_field=self.config.id_field,
             id_header=self.config.id_header,
             seen=seen,
+            routing=routing,
+            misrouted_dead=self.config.misrouted == "dead-letter",
+            count_unkeyed=check,
         )
+        if routing.positions or decided.unkeyed:
+            self._routing_log.note(owned.number, routing, records.keys, records.offsets, decided.unkeyed)
         return Outgoing.of(decided, messages)
 
     def _publish(self, outgoing: list[Outgoing], planned_at: float) -> InFlight | None:
@@ -194,11 +208,16 @@ class Pipeline:
         summary.published += published
         summary.duplicates += plan.duplicates
         summary.dead_letters += dead
+        summary.misrouted += plan.misrouted
+        summary.unkeyed += plan.unkeyed
         metrics = self.metrics
         metrics.consumed.labels(label).inc(plan.consumed)
         metrics.published.labels(label).inc(published)
         metrics.duplicates.labels(label).inc(plan.duplicates)
         metrics.dead_letters.labels(label).inc(dead)
+        if self.routing.active:  # exported at 0 once checked: an alert on their increase needs the series
+            metrics.misrouted.labels(label).inc(plan.misrouted)
+            metrics.unkeyed.labels(label).inc(plan.unkeyed)
         metrics.store_keys.labels(label).set(store_keys)
 
     def _rewind(self) -> None:

@@ -3,7 +3,9 @@ which are dropped as duplicates, which go to the dead-letter topic and why.
 
 A record is published when it has a usable id that neither the store holds nor an earlier record of the same
 batch carries (the first occurrence wins); ``seen`` are ids held as if recorded (the batch still committing).
-No Kafka client and no worker is needed: the store is anything that answers ``contains_keys``. The lists are
+No Kafka client and no worker is needed: the store is anything that answers ``contains_keys``, and the
+partition check's answer (``routing.RouteCheck``) comes in as plain values: a misrouted record is counted,
+and with ``misrouted_dead`` it is a dead letter (reason ``misrouted``) instead of a candidate. The lists are
 parallel and the hot loops C-level map/zip over them, not per-record objects.
 """
 
@@ -13,10 +15,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from itertools import compress
-from operator import not_, or_
+from operator import itemgetter, not_, or_
 from typing import Protocol
 
-from dedupectl.messages import DeadLetter, Headers, extract_ids
+from dedupectl.messages import DeadLetter, DeadLetterReason, Headers, extract_ids
+from dedupectl.worker.routing import NOTHING_MISROUTED, Routing
 from store import clock
 from store.codec import encode_ids
 
@@ -58,6 +61,8 @@ class Plan:
     consumed: int
     duplicates: int
     next_input_offset: int
+    misrouted: int = 0  # keyed records in another partition than their partitioner's (published or dead)
+    unkeyed: int = 0  # records without a key whose id came from the value or a header
 
     def verdicts(self) -> list[Verdict]:
         """Each input record's fate, in input order."""
@@ -79,9 +84,16 @@ def plan(
     id_header: str | None = None,
     seen: Collection[bytes] | None = None,
     now_ms: Callable[[], int] = clock.now_ms,
+    routing: Routing = NOTHING_MISROUTED,
+    misrouted_dead: bool = False,
+    count_unkeyed: bool = False,
 ) -> Plan:
-    """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing)."""
+    """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing);
+    ``routing``: the records of another partition; ``misrouted_dead``: they go to the dead-letter topic."""
     ids, dead = extract_ids(records.keys, records.values, value_format, id_field, records.headers, id_header)
+    if routing.positions and misrouted_dead:
+        dead = _dead_letter_misrouted(partition, ids, dead, routing)
+    unkeyed = _unkeyed(records.keys, ids) if count_unkeyed else 0
     # where each id first occurs (built from the end, so earlier positions overwrite later ones): a
     # repeat inside the batch is a duplicate, and the first occurrence is the one published
     first_at = dict(zip(reversed(ids), range(len(ids) - 1, -1, -1), strict=True))
@@ -111,4 +123,26 @@ def plan(
         duplicates=consumed - len(dead) - len(positions),
         # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
         next_input_offset=max(records.offsets) + 1,
+        misrouted=len(routing.positions),
+        unkeyed=unkeyed,
     )
+
+
+def _dead_letter_misrouted(
+    partition: int, ids: list[bytes | None], dead: list[tuple[int, DeadLetter]], routing: Routing
+) -> list[tuple[int, DeadLetter]]:
+    """Turn the misrouted records into dead letters (``ids`` in place); one already dead keeps its reason."""
+    added = []
+    for position, expected in zip(routing.positions, routing.expected, strict=True):
+        if ids[position] is not None:
+            ids[position] = None
+            detail = f"in partition {partition}, but {routing.partitioner} puts its key in partition {expected}"
+            added.append((position, DeadLetter(DeadLetterReason.MISROUTED, detail)))
+    return sorted([*dead, *added], key=itemgetter(0)) if dead else added
+
+
+def _unkeyed(keys: Sequence[bytes | None], ids: list[bytes | None]) -> int:
+    """Records without a key that still have an id: their copies meet only if the producer routes by that id."""
+    if all(keys):  # C-level: the usual batch is all keyed
+        return 0
+    return sum(1 for key, found in zip(keys, ids, strict=True) if not key and found is not None)

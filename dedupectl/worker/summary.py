@@ -11,6 +11,8 @@ class RunSummary:
     published: int = 0
     duplicates: int = 0
     dead_letters: int = 0
+    misrouted: int = 0  # keyed records in another partition than their partitioner's (published or dead)
+    unkeyed: int = 0  # records without a key whose id came from the value or a header
     recovered: int = 0
     batches: int = 0
     commits: int = 0

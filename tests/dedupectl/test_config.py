@@ -156,3 +156,23 @@ def test_where_the_id_is_from_every_source(tmp_path):
 def test_an_id_nowhere_or_in_two_places_is_refused(env, flags, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         resolve_worker_config(env=env, flags={**BASE, **flags})
+
+
+def test_the_partition_check_from_every_source(tmp_path):
+    defaults = resolve_worker_config(env={}, flags=BASE)
+    assert (defaults.partitioner, defaults.misrouted) == ("auto", "publish")
+    from_file = resolve_worker_config(write(tmp_path, 'partitioner = "murmur2"\nmisrouted = "dead-letter"\n'), {}, BASE)
+    assert (from_file.partitioner, from_file.misrouted) == ("murmur2", "dead-letter")
+    assert resolve_worker_config(env={"DEDUPECTL_PARTITIONER": "any"}, flags=BASE).partitioner == "any"
+
+
+@pytest.mark.parametrize(
+    ("env", "flags", "message"),
+    [
+        ({}, {"partitioner": "murmur3"}, "--partitioner must be one of auto, murmur2, crc32, any, got 'murmur3'"),
+        ({"DEDUPECTL_MISROUTED": "drop"}, {}, "DEDUPECTL_MISROUTED must be one of publish, dead-letter, got 'drop'"),
+    ],
+)
+def test_an_unknown_partitioner_or_misrouted_action_is_refused(env, flags, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        resolve_worker_config(env=env, flags={**BASE, **flags})

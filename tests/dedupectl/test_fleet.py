@@ -24,10 +24,12 @@ from dedupectl.fleet import (
     BELOW_FLOOR,
     ENDPOINT_DOWN,
     LAGGING,
+    MISROUTED,
     NO_OWNER,
     OK,
     REFUSED,
     STALLED,
+    UNKEYED,
     KafkaSample,
     StatusRequest,
     StoreFigures,
@@ -55,7 +57,12 @@ def test_the_parser_reads_a_real_workers_exposition() -> None:
     metrics.store_bytes.labels("3").set(4096)
     metrics.refused.labels("5", "retention").set(1)
     metrics.last_commit.set(1_700_000_000)
+    metrics.misrouted.labels("3").inc(7)
+    metrics.unkeyed.labels("3").inc(2)
+    metrics.unkeyed.labels("5").inc(0)
     found = parse_metrics("http://w/metrics", generate_latest(metrics.registry).decode())
+    assert (found.partitions[3].misrouted, found.partitions[3].unkeyed) == (7, 2)
+    assert (found.partitions[5].misrouted, found.partitions[5].unkeyed) == (0, 0)
     assert found.partitions[3].window_seconds == 90_000 and found.partitions[3].store_bytes == 4096
     assert found.partitions[5].window_seconds is None and found.partitions[5].refused == "retention"
     assert found.last_commit_at == 1_700_000_000 and found.version
@@ -70,6 +77,10 @@ def test_the_parser_reads_a_real_workers_exposition() -> None:
         (PartitionFigures(99.0, 1), 5, "w1", 600, STALLED),
         (PartitionFigures(99.0, 1), 0, "w1", 600, OK),  # no input waiting: an idle worker does not commit
         (PartitionFigures(99.0, 1), 50, "w1", 1, LAGGING),
+        (PartitionFigures(99.0, 1, misrouted=3, unkeyed=2), 50, "w1", 1, MISROUTED),  # pages, over lagging
+        (PartitionFigures(99.0, 1, misrouted=3), 5, "w1", 600, STALLED),
+        (PartitionFigures(99.0, 1, unkeyed=2), 50, "w1", 1, LAGGING),
+        (PartitionFigures(99.0, 1, unkeyed=2), 0, "w1", 1, UNKEYED),  # a warning: exit 0
     ],
 )
 def test_verdicts(figures, lag: int, owner, commit_age_s, verdict: str) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from dedupectl.partitioner import crc32_partition, murmur2, murmur2_partition
+from dedupectl.partitioner import crc32_partition, murmur2, murmur2_array, murmur2_partition, partitions_of
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2
 KAFKA_VECTORS = {
@@ -39,3 +39,12 @@ def test_the_partition_is_the_one_librdkafka_chose(make_pipeline, librdkafka_par
     assert producer.flush(30) == 0
     assert len(set(chosen.values())) == 7
     assert all(chosen[key] == ours(key, 7) for key in keys)
+
+
+def test_the_batch_hash_is_the_one_key_at_a_time_hash_for_every_length() -> None:
+    keys = [bytes(range(length % 256)) * 1 for length in range(0, 70)] + list(KAFKA_VECTORS) + [b"x" * 37] * 3
+    assert murmur2_array(keys).tolist() == [murmur2(key) & 0xFFFFFFFF for key in keys]
+    for partitions in (1, 2, 7, 64):
+        assert partitions_of(keys, partitions, "murmur2").tolist() == [murmur2_partition(k, partitions) for k in keys]
+        assert partitions_of(keys, partitions, "crc32").tolist() == [crc32_partition(k, partitions) for k in keys]
+    assert partitions_of([], 4, "murmur2").tolist() == partitions_of([], 4, "crc32").tolist() == []

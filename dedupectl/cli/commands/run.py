@@ -56,6 +56,18 @@ def run(
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     id_header: str | None = IdHeaderOption,
+    partitioner: str | None = typer.Option(
+        None,
+        "--partitioner",
+        help="Check each keyed record's partition against murmur2 (Java), crc32 (librdkafka), auto (found from "
+        "the first records) or any (no check) (default auto).",
+    ),
+    misrouted: str | None = typer.Option(
+        None,
+        "--misrouted",
+        help="A record in the wrong partition: publish (counted, logged) or dead-letter (reason misrouted) "
+        "(default publish).",
+    ),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),
     max_keys: int | None = MaxKeysOption,
@@ -124,6 +136,8 @@ def run(
             "value_format": value_format,
             "id_field": id_field,
             "id_header": id_header,
+            "partitioner": partitioner,
+            "misrouted": misrouted,
             "metrics_port": metrics_port,
             "metrics_host": metrics_host,
             "max_keys": max_keys,
@@ -175,6 +189,8 @@ def _render(summary: RunSummary, json_output: bool) -> None:
         "published": summary.published,
         "duplicates_dropped": summary.duplicates,
         "dead_letters": summary.dead_letters,
+        "misrouted": summary.misrouted,
+        "unkeyed": summary.unkeyed,
         "recovered_ids": summary.recovered,
         "transactions_committed": summary.commits,
         "transactions_aborted": summary.aborts,

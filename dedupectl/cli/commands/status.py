@@ -144,11 +144,11 @@ def _as_dict(report: FleetStatus) -> dict:
 
 
 def _verdict(p: PartitionStatus) -> str:
-    from dedupectl.fleet import FAILING, LAGGING
+    from dedupectl.fleet import FAILING, WARNINGS
 
     if p.verdict in FAILING:
         return f"[bold red]{p.verdict}[/]"
-    return f"[yellow]{p.verdict}[/]" if p.verdict == LAGGING else "[green]ok[/]"
+    return f"[yellow]{p.verdict}[/]" if p.verdict in WARNINGS else "[green]ok[/]"
 
 
 def _owner(p: PartitionStatus) -> str:
@@ -184,7 +184,17 @@ def _title(report: FleetStatus) -> str:
 
 def _notes(report: FleetStatus) -> list[Text]:
     lines = [Text(f"partition {p.partition}: refused: {p.refused}") for p in report.partitions if p.refused]
+    lines += [Text(f"partition {p.partition}: {note}") for p in report.partitions for note in _routing_notes(p)]
     return lines + [Text(f"not available: {note}", style="dim") for note in report.unavailable]
+
+
+def _routing_notes(p: PartitionStatus) -> list[str]:
+    notes, since = [], "since its worker started"
+    if p.misrouted:
+        notes.append(f"{p.misrouted:,} records in the wrong partition {since}: give the producers one partitioner")
+    if p.unkeyed:
+        notes.append(f"{p.unkeyed:,} records without a key {since}: key them by their id")
+    return notes
 
 
 def render(report: FleetStatus) -> Group:

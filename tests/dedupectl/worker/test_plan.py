@@ -6,6 +6,7 @@ import pytest
 
 from dedupectl.messages import DeadLetterReason
 from dedupectl.worker.plan import Records, Verdict, plan
+from dedupectl.worker.routing import Routing
 from store.codec import MAX_ID_BYTES, encode_ids
 from store.dedup_store import DedupStore
 
@@ -230,3 +231,41 @@ def test_a_plain_name_is_a_top_level_field_even_with_a_slash_inside(store):
     batch = records((None, b'{"a/b": "m-1", "a": {"b": "m-2"}}'))
     assert decide(batch, store, id_field="a/b").ids == [b"m-1"]
     assert decide(batch, store, id_field="/a/b").ids == [b"m-2"]
+
+
+def test_misrouted_records_are_counted_and_published_as_usual(store):
+    routing = Routing(positions=[1], expected=[5], partitioner="murmur2")
+    decided = decide(records(event(1), event(2), event(3)), store, routing=routing)
+    assert decided.ids == [ajs(1), ajs(2), ajs(3)]
+    assert (decided.misrouted, decided.dead) == (1, [])
+
+
+def test_with_dead_letter_misrouted_records_go_to_the_dead_letter_topic_instead(store):
+    routing = Routing(positions=[1, 3], expected=[5, 0], partitioner="crc32")
+    batch = records(event(1), event(2), (b"", b"not json"), event(4), event(2))
+    decided = decide(batch, store, routing=routing, misrouted_dead=True)
+    assert decided.ids == [ajs(1), ajs(2)]  # the later copy of 2, in its partition, is published
+    assert decided.positions == [0, 4]
+    assert [(position, reason.reason) for position, reason in decided.dead] == [
+        (1, DeadLetterReason.MISROUTED),
+        (2, DeadLetterReason.UNPARSEABLE),
+        (3, DeadLetterReason.MISROUTED),
+    ]
+    assert decided.dead[0][1].detail == "in partition 3, but crc32 puts its key in partition 5"
+    publish, dead = Verdict.PUBLISH, Verdict.DEAD_LETTER
+    assert decided.verdicts() == [publish, dead, dead, dead, publish]
+    assert (decided.misrouted, decided.duplicates) == (2, 0)
+
+
+def test_a_misrouted_record_already_dead_keeps_its_own_reason(store):
+    routing = Routing(positions=[0], expected=[1], partitioner="murmur2")
+    decided = decide(records((b"k", b"[1]")), store, routing=routing, misrouted_dead=True)
+    assert [reason.reason for _, reason in decided.dead] == [DeadLetterReason.NOT_AN_OBJECT]
+    assert decided.misrouted == 1
+
+
+def test_records_without_a_key_whose_id_is_in_the_value_are_counted_as_unkeyed(store):
+    unkeyed = (None, b'{"messageId": "m-1"}')
+    batch = records(event(1), unkeyed, (None, b'{"n": 1}'), (b"", b'{"messageId": "m-2"}'))
+    assert decide(batch, store, count_unkeyed=True).unkeyed == 2  # the one without any id is a dead letter
+    assert decide(batch, store).unkeyed == 0  # not counted with the check off (--partitioner any)
