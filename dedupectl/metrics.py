@@ -27,12 +27,55 @@ _LABEL = ("partition",)
 STALE_AFTER_S = 60.0
 
 
-class WorkerMetrics:
-    def __init__(self, *, stale_after_s: float = STALE_AFTER_S) -> None:
-        self.registry = CollectorRegistry()
+class Heartbeat:
+    """The worker's loop beating, as the health probes see it."""
+
+    def __init__(self, stale_after_s: float) -> None:
         self.stale_after_s = stale_after_s
         self._started = time.monotonic()
         self._last_beat: float | None = None
+
+    def beat(self) -> None:
+        """The worker's loop is alive: /healthz answers 200 for ``stale_after_s`` from now, /readyz from now on."""
+        self._last_beat = time.monotonic()
+
+    def liveness(self) -> tuple[bool, str]:
+        """Whether the loop beat within ``stale_after_s`` (counted from the start until its first beat)."""
+        beaten = self._last_beat is not None
+        since = time.monotonic() - (self._last_beat if beaten else self._started)
+        what = "the worker's loop last beat" if beaten else "the worker started"
+        return since <= self.stale_after_s, f"{what} {since:.1f} s ago (limit {self.stale_after_s:g} s)"
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once the loop has beaten: the start-up checks passed. It stays so through rebalances and stalls
+        (the liveness check's concern), so the held partitions never make it flap."""
+        if self._last_beat is None:
+            return False, "the worker is starting: its loop has not run yet"
+        return True, "the worker's loop is running"
+
+
+class RoutingCounters:
+    """Records the partition check found in the wrong partition, and those it cannot check (no key)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.misrouted = Counter(
+            "dedupectl_misrouted_records",
+            "Keyed records in another partition than the topic's partitioner gives their key (--partitioner)",
+            _LABEL,
+            registry=registry,
+        )
+        self.unkeyed = Counter(
+            "dedupectl_unkeyed_records",
+            "Records without a key whose id came from the value or a header: not checked for their partition",
+            _LABEL,
+            registry=registry,
+        )
+
+
+class WorkerMetrics:
+    def __init__(self, *, stale_after_s: float = STALE_AFTER_S) -> None:
+        self.registry = CollectorRegistry()
+        self.heartbeat = Heartbeat(stale_after_s)
         r = self.registry
         self.consumed = Counter("dedupectl_messages_consumed", "Input records consumed", _LABEL, registry=r)
         self.published = Counter("dedupectl_messages_published", "New records published", _LABEL, registry=r)
@@ -40,18 +83,7 @@ class WorkerMetrics:
         self.dead_letters = Counter(
             "dedupectl_dead_letters", "Records sent to the dead-letter topic", _LABEL, registry=r
         )
-        self.misrouted = Counter(
-            "dedupectl_misrouted_records",
-            "Keyed records in another partition than the topic's partitioner gives their key (--partitioner)",
-            _LABEL,
-            registry=r,
-        )
-        self.unkeyed = Counter(
-            "dedupectl_unkeyed_records",
-            "Records without a key whose id came from the value or a header: not checked for their partition",
-            _LABEL,
-            registry=r,
-        )
+        self.routing = RoutingCounters(r)
         self.recovered = Counter(
             "dedupectl_recovered_ids", "Ids found in the output and recorded by recovery", _LABEL, registry=r
         )
@@ -157,23 +189,18 @@ class WorkerMetrics:
         self.disk_size.set(usage.total)
         self.beat()  # only the worker's loop calls this (its maintenance step, every few seconds)
 
+    @property
+    def stale_after_s(self) -> float:
+        return self.heartbeat.stale_after_s
+
     def beat(self) -> None:
-        """The worker's loop is alive: /healthz answers 200 for ``stale_after_s`` from now, /readyz from now on."""
-        self._last_beat = time.monotonic()
+        self.heartbeat.beat()
 
     def liveness(self) -> tuple[bool, str]:
-        """Whether the loop beat within ``stale_after_s`` (counted from the start until its first beat)."""
-        beaten = self._last_beat is not None
-        since = time.monotonic() - (self._last_beat if beaten else self._started)
-        what = "the worker's loop last beat" if beaten else "the worker started"
-        return since <= self.stale_after_s, f"{what} {since:.1f} s ago (limit {self.stale_after_s:g} s)"
+        return self.heartbeat.liveness()
 
     def readiness(self) -> tuple[bool, str]:
-        """Ready once the loop has beaten: the start-up checks passed. It stays so through rebalances and stalls
-        (the liveness check's concern), so the held partitions never make it flap."""
-        if self._last_beat is None:
-            return False, "the worker is starting: its loop has not run yet"
-        return True, "the worker's loop is running"
+        return self.heartbeat.readiness()
 
     def export_snapshot_failures(self, steps: Iterable[str]) -> None:
         """Export every step's failure count from the start, at 0: an alert on its increase needs the series."""

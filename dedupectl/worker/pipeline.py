@@ -216,8 +216,8 @@ class Pipeline:
         metrics.duplicates.labels(label).inc(plan.duplicates)
         metrics.dead_letters.labels(label).inc(dead)
         if self.routing.active:  # exported at 0 once checked: an alert on their increase needs the series
-            metrics.misrouted.labels(label).inc(plan.misrouted)
-            metrics.unkeyed.labels(label).inc(plan.unkeyed)
+            metrics.routing.misrouted.labels(label).inc(plan.misrouted)
+            metrics.routing.unkeyed.labels(label).inc(plan.unkeyed)
         metrics.store_keys.labels(label).set(store_keys)
 
     def _rewind(self) -> None:
