@@ -124,6 +124,16 @@ TRAFFIC = (
         unit="ops",
     ),
     Panel(
+        "Partition check",
+        "Keyed records in another partition than the topic's partitioner gives their key (the alert "
+        "DedupectlRecordsMisrouted pages on any), and records without a key, which it cannot check, per second.",
+        (
+            Query(_rate("dedupectl_misrouted_records_total"), "misrouted p{{partition}}"),
+            Query(_rate("dedupectl_unkeyed_records_total"), "unkeyed p{{partition}}"),
+        ),
+        unit="ops",
+    ),
+    Panel(
         "Consumer lag",
         "Input records behind each partition's end (high watermark minus position).",
         (Query(f"sum by (partition) ({_m('dedupectl_consumer_lag')})", "p{{partition}}"),),
