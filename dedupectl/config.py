@@ -118,6 +118,7 @@ class WorkerConfig:
     value_format: str = "json"
     id_field: str = "messageId"  # a top-level name, or a JSON Pointer (/context/messageId) for a nested field
     id_header: str | None = None  # the id is this record header's value, and only it (dedupectl.messages)
+    duplicates_topic: str | None = None  # every dropped copy goes there, in its batch's transaction (None: off)
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
@@ -161,6 +162,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "input_topic": str,
     "output_topic": str,
     "dead_letter_topic": str,
+    "duplicates_topic": str,
     "group_id": str,
     "data_dir": Path,
     "worker_id": str,
@@ -324,11 +326,18 @@ def resolve_worker_config(
     dead_letter_topic = fields.get("dead_letter_topic") or f"{input_topic}.dead-letter"
     if len({input_topic, output_topic, dead_letter_topic}) != 3:
         raise ConfigError("input, output and dead-letter topics must be three different topics")
+    duplicates_topic = fields.get("duplicates_topic") or None
+    if duplicates_topic in (input_topic, output_topic, dead_letter_topic):
+        raise ConfigError(
+            f"{named('duplicates_topic')} {duplicates_topic!r} is also the input, output or dead-letter topic",
+            "give the dropped copies a topic of their own",
+        )
     config = WorkerConfig(
         kafka=kafka_config,
         input_topic=input_topic,
         output_topic=output_topic,
         dead_letter_topic=dead_letter_topic,
+        duplicates_topic=duplicates_topic,
         group_id=fields.get("group_id") or f"dedupectl.{input_topic}",
         data_dir=fields.get("data_dir") or DEFAULT_DATA_DIR,
         worker_id=fields.get("worker_id") or socket.gethostname(),

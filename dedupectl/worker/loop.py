@@ -120,11 +120,12 @@ class Worker:
         self._preflight()
         config = self.config
         log.info(
-            "worker %s: %s -> %s (dead letters: %s), data in %s",
+            "worker %s: %s -> %s (dead letters: %s%s), data in %s",
             config.worker_id,
             config.input_topic,
             config.output_topic,
             config.dead_letter_topic,
+            "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
             config.data_dir,
         )
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
@@ -208,8 +209,10 @@ class Worker:
             require_writable_dir(Path(config.data_dir))
         except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
             raise read_only_volume(config.data_dir) or refused from None
-        topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
         needs = {config.input_topic: "Read", config.output_topic: "Write", config.dead_letter_topic: "Write"}
+        if config.duplicates_topic is not None:
+            needs[config.duplicates_topic] = "Write"
+        topics = list(needs)
         counts = self._clients.retrying(
             lambda: partition_counts(config.kafka, topics, needs=needs), "reading the topics"
         )
@@ -221,6 +224,8 @@ class Worker:
                 f"give the output {inputs} partitions: a record goes to the output partition of its input partition",
             )
         self._publisher.dead_letter_partitions = counts[config.dead_letter_topic]
+        if config.duplicates_topic is not None:
+            self._publisher.duplicates_partitions = counts[config.duplicates_topic]
 
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)

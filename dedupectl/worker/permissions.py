@@ -24,11 +24,14 @@ from reconcile.scan import OutputReader
 
 def topic_operations(config: WorkerConfig) -> dict[str, tuple[str, ...]]:
     """What the worker does on each topic (Read and Write imply Describe)."""
-    return {
+    operations = {
         config.input_topic: ("Read",),
         config.output_topic: ("Read", "Write"),
         config.dead_letter_topic: ("Write",),
     }
+    if config.duplicates_topic is not None:
+        operations[config.duplicates_topic] = ("Write",)
+    return operations
 
 
 def prove_permissions(config: WorkerConfig, reader: OutputReader, retrying: Callable) -> None:

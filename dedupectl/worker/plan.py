@@ -58,6 +58,7 @@ class Plan:
     consumed: int
     duplicates: int
     next_input_offset: int
+    record_ids: list[bytes | None]  # every input record's id, None for a dead letter: what each duplicate repeats
 
     def verdicts(self) -> list[Verdict]:
         """Each input record's fate, in input order."""
@@ -111,4 +112,5 @@ def plan(
         duplicates=consumed - len(dead) - len(positions),
         # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
         next_input_offset=max(records.offsets) + 1,
+        record_ids=ids,
     )

@@ -1,5 +1,6 @@
-"""The transactional publisher: one Kafka transaction per batch holding its new records, its dead letters and
-its input offsets; the commit runs on a thread of its own while the next batch is collected and planned."""
+"""The transactional publisher: one Kafka transaction per batch holding its new records, its dead letters, its
+dropped copies (with ``--duplicates-topic``) and its input offsets; the commit runs on a thread of its own
+while the next batch is collected and planned."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -20,6 +21,7 @@ from dedupectl.messages import DeadLetter
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, ClientsLost, fatal_producer_error, produce_when_room
 from dedupectl.worker.crashpoint import CrashPoint
+from dedupectl.worker.duplicates import DroppedCopy
 from dedupectl.worker.plan import Plan
 from dedupectl.worker.summary import RunSummary
 from reconcile.broker_retry import is_transient
@@ -38,6 +40,7 @@ class Outgoing:
     plan: Plan
     records: list[Message]  # the records to publish, parallel to ``plan.ids``
     dead: list[tuple[Message, DeadLetter]]
+    copies: list[DroppedCopy] = field(default_factory=list)  # for the duplicates topic, when there is one
 
     @classmethod
     def of(cls, plan: Plan, messages: list[Message]) -> Outgoing:
@@ -84,6 +87,7 @@ class TransactionalPublisher:
         self.metrics = metrics
         self.summary = summary
         self.dead_letter_partitions = 0  # set once the topics are read
+        self.duplicates_partitions = 0
         self._clients = clients
         self._crashpoint = crashpoint
         self._transaction_began = 0.0
@@ -215,8 +219,8 @@ class TransactionalPublisher:
             raise ClientsLost(hung, commit_requested=False, hung=True) from None
 
     def _produce_batch(self, batch: list[Outgoing], remember: Callable, note_denied: Callable) -> None:
-        """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last,
-        ``note_denied`` each dead letter's failure."""
+        """Produce every plan's records, dead letters and dropped copies; ``remember`` hears each partition's
+        first and last, ``note_denied`` each dead letter's and copy's failure."""
         config, producer = self.config, self._clients.producer
         produce, output_topic = producer.produce, config.output_topic
         for out in batch:
@@ -263,6 +267,19 @@ class TransactionalPublisher:
                     partition % self.dead_letter_partitions,
                     on_delivery=note_denied,
                     headers=dead_letter_headers(message, reason),
+                )
+            for copy in out.copies:
+                message = copy.message
+                timestamp = message.timestamp()[1]
+                produce_when_room(
+                    producer,
+                    config.duplicates_topic,
+                    message.value(),
+                    message.key(),
+                    partition % self.duplicates_partitions,
+                    on_delivery=note_denied,
+                    headers=copy.headers,
+                    **({"timestamp": timestamp} if timestamp > 0 else {}),
                 )
 
     def _commit(self) -> CommitDone:

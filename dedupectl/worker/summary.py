@@ -11,6 +11,7 @@ class RunSummary:
     published: int = 0
     duplicates: int = 0
     dead_letters: int = 0
+    duplicates_produced: int = 0  # dropped copies produced to the duplicates topic
     recovered: int = 0
     batches: int = 0
     commits: int = 0

@@ -14,6 +14,7 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    DuplicatesTopicOption,
     GroupIdOption,
     IdFieldOption,
     IdHeaderOption,
@@ -45,6 +46,7 @@ def run(
     input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
+    duplicates_topic: str | None = DuplicatesTopicOption,
     group_id: str | None = GroupIdOption,
     data_dir: Path | None = ConfigDataDirOption,
     worker_id: str | None = typer.Option(
@@ -115,6 +117,7 @@ def run(
             "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
+            "duplicates_topic": duplicates_topic,
             "group_id": group_id,
             "data_dir": data_dir,
             "worker_id": worker_id,
@@ -146,7 +149,7 @@ def run(
     summary = worker.run(
         stop_on_signals(worker_config.stop_timeout), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger()
     )
-    _render(summary, json_output)
+    _render(summary, json_output, duplicates_topic=worker_config.duplicates_topic is not None)
 
 
 def _progress_logger():
@@ -166,7 +169,7 @@ def _progress_logger():
     return report
 
 
-def _render(summary: RunSummary, json_output: bool) -> None:
+def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool) -> None:
     from dedupectl.metrics import peak_rss_bytes
 
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
@@ -174,6 +177,7 @@ def _render(summary: RunSummary, json_output: bool) -> None:
         "consumed": summary.consumed,
         "published": summary.published,
         "duplicates_dropped": summary.duplicates,
+        **({"duplicates_produced": summary.duplicates_produced} if duplicates_topic else {}),
         "dead_letters": summary.dead_letters,
         "recovered_ids": summary.recovered,
         "transactions_committed": summary.commits,

@@ -11,6 +11,7 @@ from dedupectl.cli.options import (
     BootstrapOption,
     ConfigOption,
     DeadLetterTopicOption,
+    DuplicatesTopicOption,
     GroupIdOption,
     InputTopicOption,
     JsonOption,
@@ -39,6 +40,7 @@ def grant(
     topic: str | None = InputTopicOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
+    duplicates_topic: str | None = DuplicatesTopicOption,
     group_id: str | None = GroupIdOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     json_output: bool = JsonOption,
@@ -59,6 +61,7 @@ def grant(
             "input_topic": topic,
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
+            "duplicates_topic": duplicates_topic,
             "group_id": group_id,
             "kafka": parse_kafka_settings(kafka_setting),
         },
@@ -69,6 +72,8 @@ def grant(
         "dead_letter_topic": worker.dead_letter_topic,
         "group": worker.group_id,
     }
+    if worker.duplicates_topic is not None:
+        names["duplicates_topic"] = worker.duplicates_topic
     acls = role_acls(role, principal, names)
     scram = None
     if scram_password_file is not None:
