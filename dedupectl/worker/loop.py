@@ -119,15 +119,25 @@ class Worker:
         stop = stop or threading.Event()
         self._preflight()
         config = self.config
-        log.info(
-            "worker %s: %s -> %s (dead letters: %s%s), data in %s",
-            config.worker_id,
-            config.input_topic,
-            config.output_topic,
-            config.dead_letter_topic,
-            "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
-            config.data_dir,
-        )
+        if config.observe:
+            log.info(
+                "observer %s: %s, deciding as a worker would and publishing nothing (group %s%s), data in %s",
+                config.worker_id,
+                config.input_topic,
+                config.group_id,
+                "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
+                config.data_dir,
+            )
+        else:
+            log.info(
+                "worker %s: %s -> %s (dead letters: %s%s), data in %s",
+                config.worker_id,
+                config.input_topic,
+                config.output_topic,
+                config.dead_letter_topic,
+                "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
+                config.data_dir,
+            )
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._recovery.connect()
@@ -209,13 +219,19 @@ class Worker:
             require_writable_dir(Path(config.data_dir))
         except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
             raise read_only_volume(config.data_dir) or refused from None
-        needs = {config.input_topic: "Read", config.output_topic: "Write", config.dead_letter_topic: "Write"}
+        needs = {config.input_topic: "Read"}
+        if not config.observe:  # an observer writes neither: it decides, counts and records
+            needs |= {config.output_topic: "Write", config.dead_letter_topic: "Write"}
         if config.duplicates_topic is not None:
             needs[config.duplicates_topic] = "Write"
         topics = list(needs)
         counts = self._clients.retrying(
             lambda: partition_counts(config.kafka, topics, needs=needs), "reading the topics"
         )
+        if config.duplicates_topic is not None:
+            self._publisher.duplicates_partitions = counts[config.duplicates_topic]
+        if config.observe:
+            return
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
@@ -224,8 +240,6 @@ class Worker:
                 f"give the output {inputs} partitions: a record goes to the output partition of its input partition",
             )
         self._publisher.dead_letter_partitions = counts[config.dead_letter_topic]
-        if config.duplicates_topic is not None:
-            self._publisher.duplicates_partitions = counts[config.duplicates_topic]
 
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)

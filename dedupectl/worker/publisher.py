@@ -182,7 +182,8 @@ class TransactionalPublisher:
         if denied or is_authorization_error(kafka_error):
             with suppress(KafkaException):  # nothing of it may become visible; a fatal producer cannot abort
                 self._clients.producer.abort_transaction(config.kafka.timeout_s)
-            raise self._clients.denied(kafka_error, denied[0] if denied else config.output_topic) from error
+            topic = denied[0] if denied else config.output_topic or config.input_topic  # an observer has no output
+            raise self._clients.denied(kafka_error, topic) from error
         if kafka_error.fatal():
             raise self._fatal(error) from error
         if not kafka_error.txn_requires_abort() and not is_transient(error):
@@ -224,6 +225,9 @@ class TransactionalPublisher:
         config, producer = self.config, self._clients.producer
         produce, output_topic = producer.produce, config.output_topic
         for out in batch:
+            if config.observe:  # it publishes nothing: only the copies it drops, to its own topic
+                self._produce_copies(out, note_denied)
+                continue
             plan = out.plan
             partition, last = plan.partition, len(plan.ids) - 1
             headers = list(map(Message.headers, out.records))
@@ -268,19 +272,22 @@ class TransactionalPublisher:
                     on_delivery=note_denied,
                     headers=dead_letter_headers(message, reason),
                 )
-            for copy in out.copies:
-                message = copy.message
-                timestamp = message.timestamp()[1]
-                produce_when_room(
-                    producer,
-                    config.duplicates_topic,
-                    message.value(),
-                    message.key(),
-                    partition % self.duplicates_partitions,
-                    on_delivery=note_denied,
-                    headers=copy.headers,
-                    **({"timestamp": timestamp} if timestamp > 0 else {}),
-                )
+            self._produce_copies(out, note_denied)
+
+    def _produce_copies(self, out: Outgoing, note_denied: Callable) -> None:
+        for copy in out.copies:
+            message = copy.message
+            timestamp = message.timestamp()[1]
+            produce_when_room(
+                self._clients.producer,
+                self.config.duplicates_topic,
+                message.value(),
+                message.key(),
+                out.plan.partition % self.duplicates_partitions,
+                on_delivery=note_denied,
+                headers=copy.headers,
+                **({"timestamp": timestamp} if timestamp > 0 else {}),
+            )
 
     def _commit(self) -> CommitDone:
         # a commit that timed out resumes when called again; one that needs an abort is the caller's

@@ -54,9 +54,10 @@ def expected_copies(pipeline) -> dict[tuple[int, int], tuple[int, int]]:
     return copies
 
 
-def assert_copies_exactly_once(pipeline, topic: str) -> list:
+def assert_copies_exactly_once(pipeline, topic: str, *, observed: bool = False) -> list:
     """The duplicates topic (read_committed) holds each repeat of the input once, with its key, value, own
-    headers, and headers naming its original; returns the copies."""
+    headers, and headers naming its original (``observed``: by an observer, which publishes no original);
+    returns the copies."""
     expected = expected_copies(pipeline)
     inputs = {(m.partition(), m.offset()): m for m in read_all(pipeline, pipeline.input_topic)}
     outputs = {(m.partition(), m.offset()): m for m in read_all(pipeline, pipeline.output_topic)}
@@ -78,6 +79,9 @@ def assert_copies_exactly_once(pipeline, topic: str) -> list:
             assert ORIGINAL_OUTPUT_OFFSET not in headers
         else:
             assert headers[ORIGINAL_WHERE] == EARLIER_BATCH.encode()
+            if observed:
+                assert ORIGINAL_OUTPUT_OFFSET not in headers
+                continue
             published = outputs[(source[0], int(headers[ORIGINAL_OUTPUT_OFFSET]))]
             assert published.key() == copy.key(), "the original output offset names another id"
             assert published.value() == inputs[(source[0], original_offset)].value()

@@ -86,6 +86,12 @@ def run(
         "--stop-timeout",
         help="After SIGTERM, exit at once if the stop has not finished within this long (default 60s).",
     ),
+    observe: bool | None = typer.Option(
+        None,
+        "--observe",
+        help="Decide as a worker would, against a store and group of its own (<group>.observe, <data-dir>.observe),"
+        " and publish nothing: report what it would publish and drop.",
+    ),
     leave_group_on_stop: bool | None = typer.Option(
         None,
         "--leave-group-on-stop",
@@ -138,6 +144,7 @@ def run(
             "broker_retry_for": broker_retry_for,
             "stop_timeout": stop_timeout,
             "leave_group_on_stop": leave_group_on_stop,
+            "observe": observe,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -149,7 +156,9 @@ def run(
     summary = worker.run(
         stop_on_signals(worker_config.stop_timeout), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger()
     )
-    _render(summary, json_output, duplicates_topic=worker_config.duplicates_topic is not None)
+    _render(
+        summary, json_output, duplicates_topic=worker_config.duplicates_topic is not None, observe=worker_config.observe
+    )
 
 
 def _progress_logger():
@@ -169,7 +178,7 @@ def _progress_logger():
     return report
 
 
-def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool) -> None:
+def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool, observe: bool) -> None:
     from dedupectl.metrics import peak_rss_bytes
 
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
@@ -186,11 +195,12 @@ def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool) -
         "messages_per_second": round(rate, 1),
         "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
     }
-    if json_output:
-        print_json(figures)
+    if json_output:  # an observer's published and dead letters are what a worker would have written
+        print_json({"observed": True, **figures} if observe else figures)
     else:
         # thousands grouped, as in every other table (--json keeps plain numbers)
-        print_table("dedupectl run", ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
+        title = "dedupectl run --observe (nothing published)" if observe else "dedupectl run"
+        print_table(title, ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
 
 
 def register(app: typer.Typer) -> None:
