@@ -35,6 +35,7 @@ from dedupectl.errors import BrokerError, DataDirError, TopicError
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, ClientsLost
 from dedupectl.worker.crashpoint import CrashPoint
+from dedupectl.worker.observer import claim_data_dir
 from dedupectl.worker.partitions import Partitions
 from dedupectl.worker.permissions import prove_permissions
 from dedupectl.worker.pipeline import Pipeline
@@ -219,6 +220,7 @@ class Worker:
             require_writable_dir(Path(config.data_dir))
         except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
             raise read_only_volume(config.data_dir) or refused from None
+        claim_data_dir(config)  # an observer's stores and a worker's never share a directory
         needs = {config.input_topic: "Read"}
         if not config.observe:  # an observer writes neither: it decides, counts and records
             needs |= {config.output_topic: "Write", config.dead_letter_topic: "Write"}

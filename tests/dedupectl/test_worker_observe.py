@@ -9,12 +9,17 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from dataclasses import replace
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 from test_worker_dedup import read_all
 from test_worker_duplicates import assert_copies_exactly_once, keyed, with_duplicates_topic
 
 from dedupectl.config import resolve_worker_config
+from dedupectl.errors import ConfigError
+from dedupectl.worker import Worker
 
 
 def committed_offsets(pipeline, group: str) -> dict[int, int]:
@@ -83,3 +88,21 @@ def test_an_observer_derives_its_group_and_directory_from_the_workers():
         None,
     )
     assert observer.transactional_id_prefix == "dedupectl-dedupectl.events.observe-"
+
+
+def test_a_worker_refuses_an_observers_directory_and_an_observer_a_workers(make_pipeline):
+    pipeline = make_pipeline(partitions=1)
+    pipeline.produce(keyed(["x"]))
+    observer = pipeline.config(observe=True)
+    pipeline.run_worker(observer, idle_s=1)
+    misplaced = pipeline.config(data_dir=observer.data_dir)
+    with pytest.raises(ConfigError, match="holds an observer's stores"):
+        Worker(misplaced).run(threading.Event(), exit_on_idle_s=1)
+    assert read_all(pipeline, pipeline.output_topic) == []
+
+    worker = pipeline.config()
+    pipeline.run_worker(worker, idle_s=1)
+    observing_it = replace(observer, data_dir=worker.data_dir)
+    with pytest.raises(ConfigError, match="holds a worker's stores"):
+        Worker(observing_it).run(threading.Event(), exit_on_idle_s=1)
+    assert not (worker.data_dir / "OBSERVER").exists()
