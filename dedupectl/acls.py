@@ -3,7 +3,8 @@
 it by a test, so what is granted and what is documented cannot drift apart.
 
 Names in the table are templates: ``<input_topic>``, ``<output_topic>``, ``<dead_letter_topic>``,
-``<duplicates_topic>`` and ``<group>`` (the worker's group id) are filled in from the command's options. An
+``<duplicates_topic>``, ``<group>`` (the worker's group id) and ``<observer_group>`` (an observer's,
+``<group>.observe``) are filled in from the command's options. An
 optional grant is for a topic the worker uses only when given (``--duplicates-topic``): without its name it
 is left out.
 """
@@ -57,6 +58,21 @@ ROLES: dict[str, tuple[str, tuple[Grant, ...]]] = {
                 "Describe", "group", (SCAN_GROUP,),
                 "the output reader (recovery) never joins a group, but librdkafka looks up the coordinator of its "
                 "`group.id`",
+            ),
+        ),
+    ),
+    "observer": (
+        "observer (`run --observe`)",
+        (
+            Grant("Read", "topic", ("<input_topic>",), "consume the input, as the worker it observes"),
+            Grant("Read", "group", ("<observer_group>",), "its own group: it never joins the worker's"),
+            Grant(
+                "Write", "transactional id", ("dedupectl-<observer_group>-",),
+                "its transactions commit its input offsets (and its dropped copies)", prefixed=True,
+            ),
+            Grant(
+                "Write", "topic", ("<duplicates_topic>",),
+                "only with `--duplicates-topic`: publish the dropped copies", optional=True,
             ),
         ),
     ),
