@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -106,3 +109,39 @@ def test_a_worker_refuses_an_observers_directory_and_an_observer_a_workers(make_
     with pytest.raises(ConfigError, match="holds a worker's stores"):
         Worker(observing_it).run(threading.Event(), exit_on_idle_s=1)
     assert not (worker.data_dir / "OBSERVER").exists()
+
+
+@pytest.mark.parametrize("crashpoint", ["after-produce:2", "after-commit:2"])
+def test_an_observer_killed_mid_batch_never_publishes_and_copies_stay_once(make_pipeline, crashpoint):
+    pipeline = make_pipeline(partitions=2)
+    topic = with_duplicates_topic(pipeline)
+    rng = random.Random(3)
+    pipeline.produce(keyed([f"id-{rng.randrange(300)}" for _ in range(900)]))
+    data_dir = pipeline.root / "data"
+    args = ("--observe", "--duplicates-topic", topic, "--batch-max-messages", "100")
+    killed = pipeline.spawn_worker("w1", data_dir, *args, env={"DEDUPECTL_CRASHPOINT": crashpoint})
+    _, stderr = killed.communicate(timeout=180)
+    assert killed.returncode == -signal.SIGKILL, stderr[-2000:]
+    final = pipeline.spawn_worker("w1", data_dir, *args, "--exit-on-idle", "3", "--json")
+    stdout, stderr = final.communicate(timeout=180)
+    assert final.returncode == 0, stderr[-2000:]
+    assert json.loads(stdout)["observed"] is True
+
+    assert read_all(pipeline, pipeline.output_topic) == [] and read_all(pipeline, pipeline.dead_letter_topic) == []
+    headers = [dict(m.headers()) for m in read_all(pipeline, topic)]
+    sources = Counter((h["dedupectl.source.partition"], h["dedupectl.source.offset"]) for h in headers)
+    assert sources and max(sources.values()) == 1, "a copy produced twice"
+    assert committed_offsets(pipeline, f"group-{pipeline.input_topic}.observe") == {
+        p: end for p, end in input_ends(pipeline).items()
+    }
+
+
+def input_ends(pipeline) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": pipeline.kafka.bootstrap_servers, "group.id": "ends-probe"})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(pipeline.input_topic, p), timeout=10)[1]
+            for p in range(pipeline.partitions)
+        }
+    finally:
+        consumer.close()
