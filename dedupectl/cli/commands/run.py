@@ -178,7 +178,7 @@ def _progress_logger():
     return report
 
 
-def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool, observe: bool) -> None:
+def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool = False, observe: bool = False) -> None:
     from dedupectl.metrics import peak_rss_bytes
 
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
