@@ -2,8 +2,11 @@
 (and a role's SCRAM credentials), and docs/reference/security.md's table of ACLs per role is checked against
 it by a test, so what is granted and what is documented cannot drift apart.
 
-Names in the table are templates: ``<input_topic>``, ``<output_topic>``, ``<dead_letter_topic>`` and
-``<group>`` (the worker's group id) are filled in from the command's options.
+Names in the table are templates: ``<input_topic>``, ``<output_topic>``, ``<dead_letter_topic>``,
+``<duplicates_topic>``, ``<group>`` (the worker's group id) and ``<observer_group>`` (an observer's,
+``<group>.observe``) are filled in from the command's options. An
+optional grant is for a topic the worker uses only when given (``--duplicates-topic``): without its name it
+is left out.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class Grant:
     names: tuple[str, ...]
     why: str
     prefixed: bool = False
+    optional: bool = False  # left out when its name is not given
 
 
 # role -> (its label in the docs, its grants); the order is the docs' order
@@ -41,6 +45,10 @@ ROLES: dict[str, tuple[str, tuple[Grant, ...]]] = {
             Grant("Read", "topic", ("<output_topic>",), "recovery reads the output back after a crash or a lost store"),
             Grant("Write", "topic", ("<output_topic>",), "publish new ids"),
             Grant("Write", "topic", ("<dead_letter_topic>",), "publish unusable records"),
+            Grant(
+                "Write", "topic", ("<duplicates_topic>",),
+                "only with `--duplicates-topic`: publish the dropped copies", optional=True,
+            ),
             Grant("Read", "group", ("<group>",), "join the group and commit input offsets inside each transaction"),
             Grant(
                 "Write", "transactional id", ("dedupectl-<group>-",),
@@ -50,6 +58,21 @@ ROLES: dict[str, tuple[str, tuple[Grant, ...]]] = {
                 "Describe", "group", (SCAN_GROUP,),
                 "the output reader (recovery) never joins a group, but librdkafka looks up the coordinator of its "
                 "`group.id`",
+            ),
+        ),
+    ),
+    "observer": (
+        "observer (`run --observe`)",
+        (
+            Grant("Read", "topic", ("<input_topic>",), "consume the input, as the worker it observes"),
+            Grant("Read", "group", ("<observer_group>",), "its own group: it never joins the worker's"),
+            Grant(
+                "Write", "transactional id", ("dedupectl-<observer_group>-",),
+                "its transactions commit its input offsets (and its dropped copies)", prefixed=True,
+            ),
+            Grant(
+                "Write", "topic", ("<duplicates_topic>",),
+                "only with `--duplicates-topic`: publish the dropped copies", optional=True,
             ),
         ),
     ),
@@ -142,11 +165,18 @@ def role_acls(role: str, principal: str, names: Mapping[str, str]) -> list[Acl]:
     acls: list[Acl] = []
     for part in ROLE_SETS[role]:
         for grant in ROLES[part][1]:
+            if grant.optional and not all(_filled(template, names) for template in grant.names):
+                continue
             for template in grant.names:
                 acl = Acl(principal, grant.operation, grant.resource, _fill(template, names), grant.prefixed)
                 if acl not in acls:
                     acls.append(acl)
     return acls
+
+
+def _filled(template: str, names: Mapping[str, str]) -> bool:
+    """Whether ``names`` has a value for every placeholder of ``template``."""
+    return "<" not in _fill(template, names)
 
 
 def _fill(template: str, names: Mapping[str, str]) -> str:

@@ -63,6 +63,7 @@ ENV_RESERVED = frozenset(
     }
 )
 DEFAULT_DATA_DIR = Path("dedupectl-data")
+OBSERVER_SUFFIX = ".observe"  # of an observer's group and data directory, after the worker's
 # The flag that sets a field, where it is not --<field with dashes>: errors name what the operator typed.
 FIELD_FLAGS = {"input_topic": "--topic"}
 
@@ -110,7 +111,7 @@ BOUND_BYTES_PER_ID = 25  # max_bytes to ids: a store at scale takes at most this
 class WorkerConfig:
     kafka: KafkaConfig
     input_topic: str
-    output_topic: str
+    output_topic: str | None  # None only for an observer, which publishes nothing
     dead_letter_topic: str
     group_id: str
     data_dir: Path
@@ -124,6 +125,9 @@ class WorkerConfig:
     # what each keyed record's partition is checked against (dedupectl.worker.routing); any: not checked
     partitioner: str = "auto"
     misrouted: str = "publish"  # a record in the wrong partition: published as usual, or a dead letter
+    duplicates_topic: str | None = None  # every dropped copy goes there, in its batch's transaction (None: off)
+    # decide as a worker would, against a store and group of its own, and publish nothing (dedupectl.worker)
+    observe: bool = False
     transaction_timeout_ms: int = 60_000
     session_timeout_ms: int = 10_000
     metrics_port: int | None = None
@@ -167,6 +171,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "input_topic": str,
     "output_topic": str,
     "dead_letter_topic": str,
+    "duplicates_topic": str,
     "group_id": str,
     "data_dir": Path,
     "worker_id": str,
@@ -192,6 +197,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "snapshot_keep": int,
     "stop_timeout": str,
     "leave_group_on_stop": bool,
+    "observe": bool,
 }
 
 
@@ -325,20 +331,30 @@ def resolve_worker_config(
     fields, kafka = _collect(config_file, os.environ if env is None else env, flags or {}, origins)
     kafka_config = _kafka_config(fields, kafka)
     named = _Named(origins)
-    for required in ("input_topic", "output_topic"):
+    observe = bool(fields.get("observe"))
+    for required in ("input_topic",) if observe else ("input_topic", "output_topic"):
         if not fields.get(required):
             raise ConfigError(f"no {required} given", f"pass {flag_for(required)} or set {required} in the config file")
-    input_topic, output_topic = fields["input_topic"], fields["output_topic"]
+    input_topic, output_topic = fields["input_topic"], fields.get("output_topic") or None
     dead_letter_topic = fields.get("dead_letter_topic") or f"{input_topic}.dead-letter"
     if len({input_topic, output_topic, dead_letter_topic}) != 3:
         raise ConfigError("input, output and dead-letter topics must be three different topics")
+    duplicates_topic = fields.get("duplicates_topic") or None
+    if duplicates_topic is not None and duplicates_topic in (input_topic, output_topic, dead_letter_topic):
+        raise ConfigError(
+            f"{named('duplicates_topic')} {duplicates_topic!r} is also the input, output or dead-letter topic",
+            "give the dropped copies a topic of their own",
+        )
+    group_id = fields.get("group_id") or f"dedupectl.{input_topic}"
+    data_dir = fields.get("data_dir") or DEFAULT_DATA_DIR
     config = WorkerConfig(
         kafka=kafka_config,
         input_topic=input_topic,
         output_topic=output_topic,
         dead_letter_topic=dead_letter_topic,
-        group_id=fields.get("group_id") or f"dedupectl.{input_topic}",
-        data_dir=fields.get("data_dir") or DEFAULT_DATA_DIR,
+        duplicates_topic=duplicates_topic,
+        group_id=observer_group(group_id) if observe else group_id,
+        data_dir=observer_data_dir(data_dir) if observe else data_dir,
         worker_id=fields.get("worker_id") or socket.gethostname(),
         **{
             key: fields[key]
@@ -368,6 +384,7 @@ def resolve_worker_config(
         snapshot_keep=fields.get("snapshot_keep"),
         stop_timeout=_duration(fields.get("stop_timeout"), named("stop_timeout")) or DEFAULT_STOP_TIMEOUT,
         leave_group_on_stop=bool(fields.get("leave_group_on_stop")),
+        observe=observe,
     )
     _validate(config, named)
     if fields.get("id_header") is not None and fields.get("id_field") is not None:
@@ -376,6 +393,21 @@ def resolve_worker_config(
             "give one: with id_header the id is that header's value and the value's fields are not read",
         )
     return config
+
+
+def observer_group(group_id: str) -> str:
+    """An observer's consumer group: its own, beside the worker's it stands in for, so it never takes their
+    partitions or moves their offsets (its transactional ids follow from it)."""
+    return f"{group_id}{OBSERVER_SUFFIX}"
+
+
+def observer_data_dir(data_dir: Path) -> Path:
+    """An observer's data directory: beside the worker's (``/var/lib/dedupectl`` -> ``/var/lib/dedupectl.observe``),
+    never in it, so no store command takes its stores for the worker's."""
+    name = data_dir.absolute().name
+    if not name:
+        raise ConfigError(f"data_dir {data_dir} has no name to derive an observer's directory from", "give another")
+    return data_dir.absolute().with_name(f"{name}{OBSERVER_SUFFIX}")
 
 
 class _Named:

@@ -80,6 +80,12 @@ class WorkerMetrics:
         self.consumed = Counter("dedupectl_messages_consumed", "Input records consumed", _LABEL, registry=r)
         self.published = Counter("dedupectl_messages_published", "New records published", _LABEL, registry=r)
         self.duplicates = Counter("dedupectl_duplicates_dropped", "Repeated ids dropped", _LABEL, registry=r)
+        self.duplicates_produced = Counter(
+            "dedupectl_duplicates_produced",
+            "Dropped copies produced to the duplicates topic (--duplicates-topic)",
+            _LABEL,
+            registry=r,
+        )
         self.dead_letters = Counter(
             "dedupectl_dead_letters", "Records sent to the dead-letter topic", _LABEL, registry=r
         )

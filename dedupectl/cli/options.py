@@ -46,6 +46,12 @@ OutputTopicOption = typer.Option(None, "--output-topic", "-o", help="The worker'
 DeadLetterTopicOption = typer.Option(
     None, "--dead-letter-topic", help="Where unusable records go (default: <input>.dead-letter)."
 )
+DuplicatesTopicOption = typer.Option(
+    None,
+    "--duplicates-topic",
+    help="Also produce every dropped copy here, in its batch's transaction, with headers naming its original"
+    " (default: off).",
+)
 ValueFormatOption = typer.Option(
     None, "--value-format", help="json (values must be JSON objects) or raw, as the worker runs."
 )

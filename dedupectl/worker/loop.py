@@ -35,6 +35,7 @@ from dedupectl.errors import BrokerError, DataDirError, TopicError
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, ClientsLost
 from dedupectl.worker.crashpoint import CrashPoint
+from dedupectl.worker.observer import claim_data_dir
 from dedupectl.worker.partitions import Partitions
 from dedupectl.worker.permissions import prove_permissions
 from dedupectl.worker.pipeline import Pipeline
@@ -120,14 +121,25 @@ class Worker:
         stop = stop or threading.Event()
         self._preflight()
         config = self.config
-        log.info(
-            "worker %s: %s -> %s (dead letters: %s), data in %s",
-            config.worker_id,
-            config.input_topic,
-            config.output_topic,
-            config.dead_letter_topic,
-            config.data_dir,
-        )
+        if config.observe:
+            log.info(
+                "observer %s: %s, deciding as a worker would and publishing nothing (group %s%s), data in %s",
+                config.worker_id,
+                config.input_topic,
+                config.group_id,
+                "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
+                config.data_dir,
+            )
+        else:
+            log.info(
+                "worker %s: %s -> %s (dead letters: %s%s), data in %s",
+                config.worker_id,
+                config.input_topic,
+                config.output_topic,
+                config.dead_letter_topic,
+                "" if config.duplicates_topic is None else f", dropped copies: {config.duplicates_topic}",
+                config.data_dir,
+            )
         # connect the output reader now, while the group assigns partitions: the first recovery then costs a
         # fetch, not a fetch plus connection and metadata set-up
         self._recovery.connect()
@@ -209,11 +221,20 @@ class Worker:
             require_writable_dir(Path(config.data_dir))
         except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
             raise read_only_volume(config.data_dir) or refused from None
-        topics = [config.input_topic, config.output_topic, config.dead_letter_topic]
-        needs = {config.input_topic: "Read", config.output_topic: "Write", config.dead_letter_topic: "Write"}
+        claim_data_dir(config)  # an observer's stores and a worker's never share a directory
+        needs = {config.input_topic: "Read"}
+        if not config.observe:  # an observer writes neither: it decides, counts and records
+            needs |= {config.output_topic: "Write", config.dead_letter_topic: "Write"}
+        if config.duplicates_topic is not None:
+            needs[config.duplicates_topic] = "Write"
+        topics = list(needs)
         counts = self._clients.retrying(
             lambda: partition_counts(config.kafka, topics, needs=needs), "reading the topics"
         )
+        if config.duplicates_topic is not None:
+            self._publisher.duplicates_partitions = counts[config.duplicates_topic]
+        if config.observe:
+            return
         inputs, outputs = counts[config.input_topic], counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(

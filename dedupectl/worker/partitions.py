@@ -84,7 +84,9 @@ class Partitions:
                     window_ids=self.config.max_keys,  # the id filter is sized for what aging lets the store keep
                 )
                 self._held[number] = Partition(number, store)
-                if created or (store.state.next_seq == 0 and store.state.output_offset < 0):
+                # an observer has no output to read back: its empty store is only its own start
+                empty = created or (store.state.next_seq == 0 and store.state.output_offset < 0)
+                if empty and not self.config.observe:
                     self._report_empty_store(number, created, reader)
                 self.age(number, store)  # the window gauge exists from assignment on, input or not
             self._held[number].recovered = False

@@ -23,12 +23,13 @@ from reconcile.scan import OutputReader
 
 
 def topic_operations(config: WorkerConfig) -> dict[str, tuple[str, ...]]:
-    """What the worker does on each topic (Read and Write imply Describe)."""
-    return {
-        config.input_topic: ("Read",),
-        config.output_topic: ("Read", "Write"),
-        config.dead_letter_topic: ("Write",),
-    }
+    """What the worker does on each topic (Read and Write imply Describe); an observer only reads the input."""
+    operations: dict[str, tuple[str, ...]] = {config.input_topic: ("Read",)}
+    if not config.observe:
+        operations |= {config.output_topic: ("Read", "Write"), config.dead_letter_topic: ("Write",)}
+    if config.duplicates_topic is not None:
+        operations[config.duplicates_topic] = ("Write",)
+    return operations
 
 
 def prove_permissions(config: WorkerConfig, reader: OutputReader, retrying: Callable) -> None:
@@ -39,6 +40,8 @@ def prove_permissions(config: WorkerConfig, reader: OutputReader, retrying: Call
         _require(operations, "topic", topic, topics[topic])
     group = retrying(lambda: _group_operations(config, admin), "reading this client's permissions on the group")
     _require(("Read",), "group", config.group_id, group)
+    if config.observe:  # it never reads the output: no recovery
+        return
     # a fetch at the output's stable end: Read on it, and Describe on the reader's group, proven for real
     end = retrying(lambda: reader.bounds(config.output_topic, 0).end, "reading the output's stable end")
     retrying(lambda: _fetch_at(reader, config.output_topic, end), "reading the output's end")

@@ -7,6 +7,7 @@ import logging
 import time
 from collections import defaultdict
 from contextlib import suppress
+from dataclasses import replace
 from operator import itemgetter
 
 from confluent_kafka import KafkaException, Message
@@ -15,6 +16,7 @@ from dedupectl.config import WorkerConfig
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import CONSUME_CHUNK, Clients
 from dedupectl.worker.crashpoint import CrashPoint
+from dedupectl.worker.duplicates import EarlierBatch, dropped_copies
 from dedupectl.worker.partitions import Partition, Partitions
 from dedupectl.worker.plan import Plan, Records, plan
 from dedupectl.worker.publisher import CommitDone, InFlight, Outgoing, TransactionalPublisher
@@ -109,6 +111,8 @@ class Pipeline:
         done = None if committed is None else self._settle(committed)
         if committed is not None and done is None:
             return
+        if self.config.duplicates_topic is not None:  # the originals of some are in the batch just committed
+            outgoing = [self._with_copies(out, by_partition[out.plan.partition], committed) for out in outgoing]
         try:
             if outgoing:
                 self.in_flight = self._publish(outgoing, planned_at)
@@ -142,6 +146,18 @@ class Pipeline:
         if routing.positions or decided.unkeyed:
             self._routing_log.note(owned.number, routing, records.keys, records.offsets, decided.unkeyed)
         return Outgoing.of(decided, messages)
+
+    def _with_copies(self, out: Outgoing, messages: list[Message], committed: InFlight | None) -> Outgoing:
+        """``out`` with the records its plan dropped, for the duplicates topic; ``committed``: the batch committed
+        just before, settled and not yet recorded."""
+        partition = out.plan.partition
+        earlier = None
+        for before in committed.batch if committed is not None else ():
+            if before.plan.partition == partition:
+                offsets = _published_at(before.plan, committed.spans.get(partition))
+                earlier = EarlierBatch(before.plan.keys, offsets, before.plan.timestamps_ms)
+        store = self._partitions.get(partition).store
+        return replace(out, copies=dropped_copies(out.plan, messages, store, earlier))
 
     def _publish(self, outgoing: list[Outgoing], planned_at: float) -> InFlight | None:
         in_flight = self._publisher.publish(outgoing, planned_at)
@@ -193,14 +209,14 @@ class Pipeline:
                 output_offset=None if span is None else span[1] + 1,
                 output_offsets=_published_at(plan, span),
             )
-            self._account(plan, state.next_seq - state.first_live_seq)
+            self._account(plan, len(out.copies), state.next_seq - state.first_live_seq)
             self._partitions.age(plan.partition, owned.store)
         self._crashpoint("after-record")
         self.summary.batches += 1
         # the batch's own time: plan to commit, and its store write (not the next batch's collect between)
         self.metrics.batch_seconds.observe(done.perf - in_flight.planned_at + time.perf_counter() - recording)
 
-    def _account(self, plan: Plan, store_keys: int) -> None:
+    def _account(self, plan: Plan, copies: int, store_keys: int) -> None:
         label = str(plan.partition)
         published, dead = len(plan.ids), len(plan.dead)
         summary = self.summary
@@ -210,6 +226,7 @@ class Pipeline:
         summary.dead_letters += dead
         summary.misrouted += plan.misrouted
         summary.unkeyed += plan.unkeyed
+        summary.duplicates_produced += copies
         metrics = self.metrics
         metrics.consumed.labels(label).inc(plan.consumed)
         metrics.published.labels(label).inc(published)
@@ -218,6 +235,8 @@ class Pipeline:
         if self.routing.active:  # exported at 0 once checked: an alert on their increase needs the series
             metrics.routing.misrouted.labels(label).inc(plan.misrouted)
             metrics.routing.unkeyed.labels(label).inc(plan.unkeyed)
+        if self.config.duplicates_topic is not None:
+            metrics.duplicates_produced.labels(label).inc(copies)
         metrics.store_keys.labels(label).set(store_keys)
 
     def _rewind(self) -> None:

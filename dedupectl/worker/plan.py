@@ -61,6 +61,7 @@ class Plan:
     consumed: int
     duplicates: int
     next_input_offset: int
+    record_ids: list[bytes | None]  # every input record's id, None for a dead letter: what each duplicate repeats
     misrouted: int = 0  # keyed records in another partition than their partitioner's (published or dead)
     unkeyed: int = 0  # records without a key whose id came from the value or a header
 
@@ -123,6 +124,7 @@ def plan(
         duplicates=consumed - len(dead) - len(positions),
         # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
         next_input_offset=max(records.offsets) + 1,
+        record_ids=ids,
         misrouted=len(routing.positions),
         unkeyed=unkeyed,
     )

@@ -1,5 +1,6 @@
-"""The transactional publisher: one Kafka transaction per batch holding its new records, its dead letters and
-its input offsets; the commit runs on a thread of its own while the next batch is collected and planned."""
+"""The transactional publisher: one Kafka transaction per batch holding its new records, its dead letters, its
+dropped copies (with ``--duplicates-topic``) and its input offsets; the commit runs on a thread of its own
+while the next batch is collected and planned."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
@@ -20,6 +21,7 @@ from dedupectl.messages import DeadLetter
 from dedupectl.metrics import WorkerMetrics
 from dedupectl.worker.clients import Clients, ClientsLost, fatal_producer_error, produce_when_room
 from dedupectl.worker.crashpoint import CrashPoint
+from dedupectl.worker.duplicates import DroppedCopy
 from dedupectl.worker.plan import Plan
 from dedupectl.worker.summary import RunSummary
 from reconcile.broker_retry import is_transient
@@ -38,6 +40,7 @@ class Outgoing:
     plan: Plan
     records: list[Message]  # the records to publish, parallel to ``plan.ids``
     dead: list[tuple[Message, DeadLetter]]
+    copies: list[DroppedCopy] = field(default_factory=list)  # for the duplicates topic, when there is one
 
     @classmethod
     def of(cls, plan: Plan, messages: list[Message]) -> Outgoing:
@@ -84,6 +87,7 @@ class TransactionalPublisher:
         self.metrics = metrics
         self.summary = summary
         self.dead_letter_partitions = 0  # set once the topics are read
+        self.duplicates_partitions = 0
         self._clients = clients
         self._crashpoint = crashpoint
         self._transaction_began = 0.0
@@ -178,7 +182,8 @@ class TransactionalPublisher:
         if denied or is_authorization_error(kafka_error):
             with suppress(KafkaException):  # nothing of it may become visible; a fatal producer cannot abort
                 self._clients.producer.abort_transaction(config.kafka.timeout_s)
-            raise self._clients.denied(kafka_error, denied[0] if denied else config.output_topic) from error
+            topic = denied[0] if denied else config.output_topic or config.input_topic  # an observer has no output
+            raise self._clients.denied(kafka_error, topic) from error
         if kafka_error.fatal():
             raise self._fatal(error) from error
         if not kafka_error.txn_requires_abort() and not is_transient(error):
@@ -215,11 +220,14 @@ class TransactionalPublisher:
             raise ClientsLost(hung, commit_requested=False, hung=True) from None
 
     def _produce_batch(self, batch: list[Outgoing], remember: Callable, note_denied: Callable) -> None:
-        """Produce every plan's records (and dead letters); ``remember`` hears each partition's first and last,
-        ``note_denied`` each dead letter's failure."""
+        """Produce every plan's records, dead letters and dropped copies; ``remember`` hears each partition's
+        first and last, ``note_denied`` each dead letter's and copy's failure."""
         config, producer = self.config, self._clients.producer
         produce, output_topic = producer.produce, config.output_topic
         for out in batch:
+            if config.observe:  # it publishes nothing: only the copies it drops, to its own topic
+                self._produce_copies(out, note_denied)
+                continue
             plan = out.plan
             partition, last = plan.partition, len(plan.ids) - 1
             headers = list(map(Message.headers, out.records))
@@ -264,6 +272,22 @@ class TransactionalPublisher:
                     on_delivery=note_denied,
                     headers=dead_letter_headers(message, reason),
                 )
+            self._produce_copies(out, note_denied)
+
+    def _produce_copies(self, out: Outgoing, note_denied: Callable) -> None:
+        for copy in out.copies:
+            message = copy.message
+            timestamp = message.timestamp()[1]
+            produce_when_room(
+                self._clients.producer,
+                self.config.duplicates_topic,
+                message.value(),
+                message.key(),
+                out.plan.partition % self.duplicates_partitions,
+                on_delivery=note_denied,
+                headers=copy.headers,
+                **({"timestamp": timestamp} if timestamp > 0 else {}),
+            )
 
     def _commit(self) -> CommitDone:
         # a commit that timed out resumes when called again; one that needs an abort is the caller's

@@ -57,6 +57,9 @@ class Recovery:
         return bool(waiting)
 
     def recover(self, owned: Partition) -> None:
+        if self.config.observe:  # it published nothing: there is no output to agree with
+            owned.recovered = True
+            return
         began = time.monotonic()
         bounds: OffsetBounds | None = self._await_settled_output(owned.number)
 
@@ -123,6 +126,8 @@ class Recovery:
         with its store's state (the input and output offsets it covers), whose outputs may be swept;
         ``commit_requested``: whether the failed transaction had asked to commit, so that only partitions whose
         failed batch the group did not commit are swept."""
+        if self.config.observe:  # it writes no output partition: only what it left pending in its group
+            covered = {}
         if commit_requested:
             self._abort_what_was_left_open({})  # the group's pending offsets first: its committed ones then read
             uncommitted = self._batches_not_committed(covered)

@@ -13,6 +13,7 @@ class RunSummary:
     dead_letters: int = 0
     misrouted: int = 0  # keyed records in another partition than their partitioner's (published or dead)
     unkeyed: int = 0  # records without a key whose id came from the value or a header
+    duplicates_produced: int = 0  # dropped copies produced to the duplicates topic
     recovered: int = 0
     batches: int = 0
     commits: int = 0

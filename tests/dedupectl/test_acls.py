@@ -17,9 +17,11 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from secure_kafka import SecureUser, admin_env, admin_settings, make_topics, run_env
+from secure_kafka import SecureUser, admin_env, admin_kafka, admin_settings, make_topics, run_env
 
 from dedupectl.acls import markdown_rows, role_acls
+from dedupectl.kafka_clients import create_topics
+from dedupectl.verify import count_ids
 
 SECURITY_MD = Path(__file__).resolve().parents[2] / "docs" / "reference" / "security.md"
 TIMEOUT_S = 60
@@ -93,3 +95,39 @@ def test_a_granted_worker_runs_exactly_once_on_the_secured_broker(secure_kafka_b
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["published"] == 30
+
+
+def test_a_granted_observer_runs_with_its_own_acls_and_publishes_nothing(secure_kafka_broker, tmp_path):
+    broker = secure_kafka_broker
+    topics = make_topics(broker, "observed")
+    duplicates = f"{topics.input}.duplicates"
+    create_topics(admin_kafka(broker), [duplicates], 1)
+    user = SecureUser(broker, f"observer-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex)
+    password_file = tmp_path / "password"
+    password_file.write_text(user.password)
+    group = f"group-{topics.input}"
+    granted = cli(
+        "security", "grant", "--role", "observer", "--principal", user.principal, "-t", topics.input,
+        "--group-id", group, "--duplicates-topic", duplicates, "--scram-password-file", str(password_file),
+        "--json", env=run_env(admin_env(broker)),
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert json.loads(granted.stdout)["acls"] == [
+        f"allow {user.principal} Read on topic '{topics.input}'",
+        f"allow {user.principal} Read on group '{group}.observe'",
+        f"allow {user.principal} Write on transactional id 'dedupectl-{group}.observe-' (prefixed)",
+        f"allow {user.principal} Write on topic '{duplicates}'",
+    ]
+    topics.produce(broker, [f"id-{n % 30}" for n in range(40)])
+
+    result = cli(
+        "run", "--observe", "-i", topics.input, "--group-id", group, "-d", str(tmp_path / "data"),
+        "--duplicates-topic", duplicates, "--worker-id", "w1", "--exit-on-idle", "3", "--json",
+        env=run_env(user.env()),
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert (summary["observed"], summary["published"], summary["duplicates_produced"]) == (True, 30, 10)
+    assert count_ids(admin_kafka(broker), topics.output) == {}
+    assert sum(count_ids(admin_kafka(broker), duplicates).values()) == 10

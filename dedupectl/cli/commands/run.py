@@ -14,6 +14,7 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     DeadLetterTopicOption,
+    DuplicatesTopicOption,
     GroupIdOption,
     IdFieldOption,
     IdHeaderOption,
@@ -45,6 +46,7 @@ def run(
     input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
+    duplicates_topic: str | None = DuplicatesTopicOption,
     group_id: str | None = GroupIdOption,
     data_dir: Path | None = ConfigDataDirOption,
     worker_id: str | None = typer.Option(
@@ -96,6 +98,12 @@ def run(
         "--stop-timeout",
         help="After SIGTERM, exit at once if the stop has not finished within this long (default 60s).",
     ),
+    observe: bool | None = typer.Option(
+        None,
+        "--observe",
+        help="Decide as a worker would, against a store and group of its own (<group>.observe, <data-dir>.observe),"
+        " and publish nothing: report what it would publish and drop.",
+    ),
     leave_group_on_stop: bool | None = typer.Option(
         None,
         "--leave-group-on-stop",
@@ -127,6 +135,7 @@ def run(
             "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
+            "duplicates_topic": duplicates_topic,
             "group_id": group_id,
             "data_dir": data_dir,
             "worker_id": worker_id,
@@ -149,6 +158,7 @@ def run(
             "broker_retry_for": broker_retry_for,
             "stop_timeout": stop_timeout,
             "leave_group_on_stop": leave_group_on_stop,
+            "observe": observe,
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -160,7 +170,9 @@ def run(
     summary = worker.run(
         stop_on_signals(worker_config.stop_timeout), exit_on_idle_s=exit_on_idle, on_progress=_progress_logger()
     )
-    _render(summary, json_output)
+    _render(
+        summary, json_output, duplicates_topic=worker_config.duplicates_topic is not None, observe=worker_config.observe
+    )
 
 
 def _progress_logger():
@@ -180,7 +192,7 @@ def _progress_logger():
     return report
 
 
-def _render(summary: RunSummary, json_output: bool) -> None:
+def _render(summary: RunSummary, json_output: bool, *, duplicates_topic: bool = False, observe: bool = False) -> None:
     from dedupectl.metrics import peak_rss_bytes
 
     rate = summary.consumed / summary.busy_seconds if summary.busy_seconds else 0.0
@@ -188,6 +200,7 @@ def _render(summary: RunSummary, json_output: bool) -> None:
         "consumed": summary.consumed,
         "published": summary.published,
         "duplicates_dropped": summary.duplicates,
+        **({"duplicates_produced": summary.duplicates_produced} if duplicates_topic else {}),
         "dead_letters": summary.dead_letters,
         "misrouted": summary.misrouted,
         "unkeyed": summary.unkeyed,
@@ -198,11 +211,12 @@ def _render(summary: RunSummary, json_output: bool) -> None:
         "messages_per_second": round(rate, 1),
         "peak_rss_mb": round(peak_rss_bytes() / 2**20, 1),
     }
-    if json_output:
-        print_json(figures)
+    if json_output:  # an observer's published and dead letters are what a worker would have written
+        print_json({"observed": True, **figures} if observe else figures)
     else:
         # thousands grouped, as in every other table (--json keeps plain numbers)
-        print_table("dedupectl run", ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
+        title = "dedupectl run --observe (nothing published)" if observe else "dedupectl run"
+        print_table(title, ["figure", "value"], [(name, f"{value:,}") for name, value in figures.items()])
 
 
 def register(app: typer.Typer) -> None:

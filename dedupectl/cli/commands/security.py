@@ -11,6 +11,7 @@ from dedupectl.cli.options import (
     BootstrapOption,
     ConfigOption,
     DeadLetterTopicOption,
+    DuplicatesTopicOption,
     GroupIdOption,
     InputTopicOption,
     JsonOption,
@@ -19,7 +20,7 @@ from dedupectl.cli.options import (
     parse_kafka_settings,
 )
 from dedupectl.cli.output import print_json, print_table
-from dedupectl.config import resolve_worker_config
+from dedupectl.config import observer_group, resolve_worker_config
 from dedupectl.errors import ConfigError
 
 security_app = Typer(help="Create the credentials and ACLs of dedupectl's roles.", no_args_is_help=True)
@@ -27,7 +28,9 @@ security_app = Typer(help="Create the credentials and ACLs of dedupectl's roles.
 
 @security_app.command("grant")
 def grant(
-    role: str = typer.Option(..., "--role", help="worker, reconcile, status, audit, replay, rebuild or spark."),
+    role: str = typer.Option(
+        ..., "--role", help="worker, observer, reconcile, status, audit, replay, rebuild or spark."
+    ),
     principal: str = typer.Option(..., "--principal", help="Who is granted, User:<name>."),
     scram_password_file: Path | None = typer.Option(
         None, "--scram-password-file", help="Create (or reset) the user's SCRAM credential with this file's password."
@@ -39,6 +42,7 @@ def grant(
     topic: str | None = InputTopicOption,
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
+    duplicates_topic: str | None = DuplicatesTopicOption,
     group_id: str | None = GroupIdOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     json_output: bool = JsonOption,
@@ -59,16 +63,20 @@ def grant(
             "input_topic": topic,
             "output_topic": output_topic,
             "dead_letter_topic": dead_letter_topic,
+            "duplicates_topic": duplicates_topic,
             "group_id": group_id,
+            "observe": role == "observer",  # it publishes nothing: no output topic is needed
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
-    names = {
-        "input_topic": worker.input_topic,
-        "output_topic": worker.output_topic,
-        "dead_letter_topic": worker.dead_letter_topic,
-        "group": worker.group_id,
-    }
+    names = {"input_topic": worker.input_topic, "dead_letter_topic": worker.dead_letter_topic}
+    if worker.observe:  # its config holds the observer's group, derived from the worker's
+        names["observer_group"] = worker.group_id
+    else:
+        names |= {"output_topic": worker.output_topic, "group": worker.group_id}
+        names["observer_group"] = observer_group(worker.group_id)
+    if worker.duplicates_topic is not None:
+        names["duplicates_topic"] = worker.duplicates_topic
     acls = role_acls(role, principal, names)
     scram = None
     if scram_password_file is not None:

@@ -8,8 +8,9 @@ import sys
 import uuid
 from pathlib import Path
 
-from secure_kafka import Acl, admin_kafka, grant, make_topics, new_user, revoke, run_env, worker_acls
+from secure_kafka import Acl, admin_kafka, grant, make_topics, new_user, revoke, role_acls, run_env, worker_acls
 
+from dedupectl.kafka_clients import create_topics
 from dedupectl.verify import count_ids
 
 RUN_TIMEOUT_S = 60
@@ -65,3 +66,30 @@ def test_missing_write_on_the_dead_letter_topic_stops_before_the_first_batch(sec
     assert result.returncode == 77, result.stderr
     assert f"Kafka denied this client Write on topic '{topics.dead_letter}'" in result.stderr
     assert count_ids(admin_kafka(broker), topics.output) == {}
+
+
+def test_the_duplicates_topic_needs_its_write_and_the_role_grants_it(secure_kafka_broker, tmp_path):
+    """Without Write on it the worker stops before its first batch; with the role's ACLs for it, it runs."""
+    broker = secure_kafka_broker
+    topics = make_topics(broker, "preflight-dup")
+    duplicates = f"{topics.input}.duplicates"
+    create_topics(admin_kafka(broker), [duplicates], 1)
+    group = f"group-{topics.input}"
+    names = {"input_topic": topics.input, "output_topic": topics.output, "dead_letter_topic": topics.dead_letter}
+    acls = role_acls("worker", **names, group=group, duplicates_topic=duplicates)
+    assert [acl for acl in acls if acl.name != duplicates] == worker_acls(*names.values(), group)
+    assert Acl("WRITE", "topic", duplicates) in acls
+    user = new_user(broker, f"preflight-dup-{uuid.uuid4().hex[:6]}")
+    grant(broker, user.principal, [acl for acl in acls if acl.name != duplicates])
+    topics.produce(broker, ["a", "a", "b"])
+    args = [*run_args(topics, group, tmp_path / "data"), "--duplicates-topic", duplicates]
+
+    denied = subprocess.run(args, env=run_env(user.env()), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert denied.returncode == 77, denied.stderr
+    assert f"Kafka denied this client Write on topic '{duplicates}'" in denied.stderr
+    assert count_ids(admin_kafka(broker), topics.output) == {}
+
+    grant(broker, user.principal, [Acl("WRITE", "topic", duplicates)])
+    granted = subprocess.run(args, env=run_env(user.env()), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert granted.returncode == 0, granted.stderr
+    assert count_ids(admin_kafka(broker), duplicates) == {b"a": 1}
