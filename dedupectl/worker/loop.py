@@ -233,9 +233,11 @@ class Worker:
         )
         if config.duplicates_topic is not None:
             self._publisher.duplicates_partitions = counts[config.duplicates_topic]
+        inputs = counts[config.input_topic]
+        self._pipeline.routing = RouteCheck(config.partitioner, inputs)  # an observer checks as a worker would
         if config.observe:
             return
-        inputs, outputs = counts[config.input_topic], counts[config.output_topic]
+        outputs = counts[config.output_topic]
         if inputs != outputs:
             raise TopicError(
                 f"output topic {config.output_topic!r} has {outputs} partitions but input {config.input_topic!r} "
@@ -243,7 +245,6 @@ class Worker:
                 f"give the output {inputs} partitions: a record goes to the output partition of its input partition",
             )
         self._publisher.dead_letter_partitions = counts[config.dead_letter_topic]
-        self._pipeline.routing = RouteCheck(config.partitioner, inputs)
 
     def _shutdown(self) -> None:
         self._snapshots.close(timeout_s=30)
