@@ -163,9 +163,9 @@ class GenerationKeeper:
             thread = self._sealing.get(generation.name)
             if thread is not None and thread.is_alive():
                 break
-            abandoned = self._arrays.abandon(generation)
-            if abandoned is not None:
-                arrays_files.remove(self._path, abandoned.names or [])
+            if self._arrays.abandon(generation) is not None:  # no child runs now: what none names is its leftovers
+                named = {name for files in self._arrays_names().values() for name in files}
+                arrays_files.remove_unnamed(self._path, named)
             self._sealing.pop(generation.name, None)
             freed += generation.family.property_int_value("rocksdb.total-sst-files-size") or 0
             freed += arrays_files.bytes_of(generation.arrays)
