@@ -24,8 +24,8 @@ from dedupectl.partitioner import PARTITIONERS, partitions_of
 
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
-# keyed records both partitioners must not all match before auto settles: with P partitions, a wrong one
-# matches them all with odds P**-1000
+# keyed records auto sees before it settles on the one partitioner they all match: with P partitions, a
+# wrong one matches them all with odds P**-1000
 AUTO_SETTLE_RECORDS = 1000
 
 
