@@ -274,7 +274,7 @@ def _store(request: TraceRequest, partition: int) -> tuple[StoreAnswer, float | 
     live = live_worker_for(request.data_dir, request.input_topic, partition) is not None
     if not hit.in_window:
         with DedupStore.open_secondary(refs[0].path) as store:
-            cut = store.window_start_offset()
+            cut = store.ledger.window_start_offset()
         return StoreAnswer(True, "not held", window_seconds=window, live=live, cut_offset=cut), window
     note = "held: a repeat now is dropped"
     answer = StoreAnswer(True, note, True, hit.seq, hit.timestamp_ms, hit.age_seconds, window, live)

@@ -62,8 +62,8 @@ class Comparison:
         self.next_unplaced = UNPLACED_NUMBERS
         # the output offset of the oldest live id (None: its batch has no offsets) and where the recorded
         # stretch ends: an id the store lacks goes back in its place before that, is appended after it
-        self.cut_offset = store.window_start_offset()
-        newest = store.newest_output_offset()
+        self.cut_offset = store.ledger.window_start_offset()
+        newest = store.ledger.newest_output_offset()
         self.tail_from = newest + 1 if newest is not None else max(self.before.output_offset, 0)
         self.placed = self.unplaceable = 0
         self.window_low: int | None = None
@@ -248,7 +248,7 @@ class Comparison:
         if self.apply:
             numbers = self.store.place(lost_ids, offsets)
             return {offset: seq for offset, seq in zip(offsets, numbers, strict=True) if seq is not None}
-        places = self.store.seqs_published_at(offsets)
+        places = self.store.ledger.seqs_published_at(offsets)
         found = [(message_id, places[offset]) for message_id, offset in zip(lost_ids, offsets, strict=True)
                  if offset in places]  # fmt: skip
         if found:  # a dry run remembers them where their repeats further on look

@@ -48,7 +48,7 @@ def find_gap(store: DedupStore, reader: LogEnd, topic: str, partition: int, boun
 
 def only_a_commit_marker(store: DedupStore, covered: int, low: int) -> bool:
     """Whether the one offset below ``low`` that ``store`` lacks is the commit marker of its newest batch."""
-    return low == covered + 1 and store.newest_output_offset() == covered - 1
+    return low == covered + 1 and store.ledger.newest_output_offset() == covered - 1
 
 
 def describe(gap: OutputGap, topic: str, partition: int) -> str:

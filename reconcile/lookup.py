@@ -28,7 +28,7 @@ is read, decompressed and searched. What makes that affordable over tens of mill
 - **one group ahead.** RocksDB releases the GIL while it reads, so looking up group N+1 in a helper thread
   while group N is compared (and librdkafka fetches N+2) overlaps the costs instead of adding them.
 
-The store answers both (``DedupStore.match_digests``, ``DedupStore.live_seqs``) and applies its aging cut to
+The store answers both (``Ledger.match_digests``, ``DedupStore.live_seqs``) and applies its aging cut to
 them: this module decides what to ask, in which order, and what the answers mean.
 """
 
@@ -150,7 +150,7 @@ def run_by_digests(store: DedupStore, keys: list[bytes]) -> int | None:
     stop = first + count
     if stop > store.state.next_seq or last != stop - 1:
         return None
-    unchecked = store.match_digests(keys, first)
+    unchecked = store.ledger.match_digests(keys, first)
     if unchecked is None:
         return None
     # in key order: the lookups then walk the store's blocks in order

@@ -53,10 +53,10 @@ def catch_up(
         bounds = reader.bounds(output_topic, partition)
     gap = find_gap(store, reader, output_topic, partition, bounds)
     if gap is not None:
-        store.note_refused_gap(gap)
+        store.gaps.note_refused(gap)
         raise refusal(gap, store, output_topic, partition)
-    if store.refused_gap is not None:  # the output holds what the store needs again (a topic restored)
-        store.clear_refused_gap()
+    if store.gaps.refused is not None:  # the output holds what the store needs again (a topic restored)
+        store.gaps.clear_refused()
     _say_accepted_gap(store, output_topic, partition)
     if bounds.end == start or (start < 0 and bounds.end == bounds.low):
         # nothing committed past what the store covers (a clean restart, a new partition): one offsets
@@ -84,7 +84,7 @@ def catch_up(
         )
     except OutputGapError as deleted:  # retention passed the start as reading began: nothing was recorded
         gap = replace(deleted.gap, covered=start)
-        store.note_refused_gap(gap)
+        store.gaps.note_refused(gap)
         raise refusal(gap, store, output_topic, partition) from deleted
     return CatchUpResult(
         start_offset=start, end_offset=report.end_offset, scanned=report.records_scanned, recorded=report.recorded
@@ -93,7 +93,7 @@ def catch_up(
 
 def _say_accepted_gap(store: DedupStore, output_topic: str, partition: int) -> None:
     """Warn, on the recovery that resumes past it, that a gap was accepted and what that costs."""
-    accepted = store.accepted_gaps[-1] if store.accepted_gaps else None
+    accepted = store.gaps.accepted[-1] if store.gaps.accepted else None
     if accepted is None or store.state.output_offset != accepted.gap.low or store.state.next_seq != accepted.from_seq:
         return
     log.warning(

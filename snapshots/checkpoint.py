@@ -59,7 +59,7 @@ def _oldest_timestamp_ms(store: DedupStore) -> int | None:
         return None
     try:
         if hasattr(store, "timestamps"):  # schema 2: one seek in the times family
-            return store.timestamps([state.first_live_seq])[0]
+            return store.ledger.timestamps([state.first_live_seq])[0]
         oldest = store.iter_by_seq(state.first_live_seq, state.first_live_seq + 1)  # schema 1: one seek
         first = next(oldest, None)
         oldest.close()

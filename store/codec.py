@@ -30,7 +30,7 @@ two more families, always written together in one ``WriteBatch``:
                   digests instead of looking up every id (``reconcile.lookup``); a batch that lost ids
                   (``forget_many``) loses its digests. The offsets say exactly which output offset the aging
                   cut stands at (every record before it is older than the window) and where an id the store
-                  lost belongs (``DedupStore.output_offsets``).
+                  lost belongs (``Ledger.output_offsets``).
 ``meta``   key ``identity`` value JSON ``{"schema_version", "topic", "partition", "created_ms"}``, written once
            key ``state``    value ``>QQqq``  next sequence | first live sequence | next input offset covered |
                             next output offset covered (-1: none yet)
@@ -61,7 +61,7 @@ recreated or records lost) the ids published there are unknown, and the worker r
 notes the gap under ``refused-gap``. An operator's acceptance moves it to ``accepted-gaps`` and sets the
 covered output offset to the gap's ``low``, in one write. After a ``truncated`` gap, the offsets recorded in
 batches numbered below its ``from_seq`` belong to the topic's earlier life: the store reads those batches as
-recorded without offsets (``DedupStore.output_offsets``). A store without these keys has no gap (builds
+recorded without offsets (``Ledger.output_offsets``). A store without these keys has no gap (builds
 before them ignore the keys, and would read such earlier offsets as the present topic's).
 
 Versions. A store has schema 7, written in its identity when it is created; a store of any other (an earlier

@@ -10,18 +10,24 @@ from rocksdict import Rdict, WriteBatch, WriteOptions
 
 from store.codec import CF_META, CF_TIMES
 from store.damage import translated
+from store.errors import StoreError
 from store.generations import Generation
 
 
 class Database:
-    def __init__(self, db: Rdict, path: Path):
+    def __init__(self, db: Rdict, path: Path, *, writable: bool):
         self.db = db
         self.path = path
+        self.writable = writable
         # RocksDB stays open (and locked) while any family Rdict or handle is alive: close drops them all
         self.times = db.get_column_family(CF_TIMES)
         self.meta = db.get_column_family(CF_META)
         self.times_handle = db.get_column_family_handle(CF_TIMES)
         self.meta_handle = db.get_column_family_handle(CF_META)
+
+    def require_writable(self) -> None:
+        if not self.writable:
+            raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
 
     def meta_value(self, key: bytes) -> bytes | None:
         with translated():

@@ -34,7 +34,6 @@ from store.codec import (
     SCHEMA_VERSION,
     SEQ_VIEW,
     AcceptedGap,
-    OutputGap,
     StoreIdentity,
     StoreState,
     decode_state,
@@ -98,7 +97,7 @@ class DedupStore:
                 sync_log=lambda: self._database.sync_log(),
             )
         )
-        self._database = Database(db, path)
+        self._database = Database(db, path, writable=writable)
         try:
             self._attach(families, follows_writer)
             if not follows_writer:  # a follower's state may trail its writer's saves
@@ -118,11 +117,11 @@ class DedupStore:
             new_generation_options=self._new_generation_options,
             label=f"{self.identity.topic}[{self.identity.partition}]",
         )  # fmt: skip
-        self._gaps = OutputGaps(database)
+        self.gaps = OutputGaps(database)
         self._lookups = Lookups(lambda: self._keeper.generations, self._filters if self._filtered else None,
                                 lambda: self._state)  # fmt: skip
-        self._ledger = Ledger(database, lambda: self._state, lambda: self._gaps.offsets_from_seq)
-        self._repairs = Repairs(database, self._keeper, self._lookups, self._ledger, self._filters)
+        self.ledger = Ledger(database, lambda: self._state, lambda: self.gaps.offsets_from_seq)
+        self._repairs = Repairs(database, self._keeper, self._lookups, self.ledger, self._filters)
         self._writer = BatchWriter(database, self._keeper, self._filters, self.generation_ids)
 
     def _abandon(self) -> None:
@@ -221,7 +220,7 @@ class DedupStore:
                 self._reopen()
             elif (raw := self._database.meta_value(META_STATE)) is not None:
                 self._state = decode_state(raw)
-            self._gaps.load()
+            self.gaps.load()
 
     def _reopen(self) -> None:
         """Open the database again for reading: the writer added or dropped generations."""
@@ -229,7 +228,7 @@ class DedupStore:
         self._database.close()
         names, db, follows = opening.open_reader(self.path, self._secondary_dir.name)
         self.identity, state = opening.read_meta(db, self.path)
-        self._database = Database(db, self.path)
+        self._database = Database(db, self.path, writable=False)
         self._attach(names, follows)
         self._state = self._visible(state)
 
@@ -265,26 +264,8 @@ class DedupStore:
         """For each id, ``(seq, timestamp_ms)`` where present, else ``None``."""
         seqs = self.live_seqs(encode_ids(ids))
         found = sorted({seq for seq in seqs if seq is not None})
-        stamps = dict(zip(found, self.timestamps(found), strict=True))
+        stamps = dict(zip(found, self.ledger.timestamps(found), strict=True))
         return [None if seq is None else (seq, stamps[seq]) for seq in seqs]
-
-    def timestamps(self, seqs: Sequence[int]) -> list[int]:
-        return self._ledger.timestamps(seqs)
-
-    def output_offsets(self, seqs: Sequence[int]) -> list[int | None]:
-        return self._ledger.output_offsets(seqs)
-
-    def window_start_offset(self) -> int | None:
-        return self._ledger.window_start_offset()
-
-    def newest_output_offset(self) -> int | None:
-        return self._ledger.newest_output_offset()
-
-    def seqs_published_at(self, offsets: Sequence[int]) -> dict[int, int]:
-        return self._ledger.seqs_published_at(offsets)
-
-    def match_digests(self, keys: list[bytes], first: int) -> list[int] | None:
-        return self._ledger.match_digests(keys, first)
 
     def iter_by_seq(self, from_seq: int | None = None, to_seq: int | None = None) -> Iterator[tuple[int, bytes]]:
         """``(seq, messageId)`` of live ids in sequence (publication) order, ``from_seq`` inclusive to ``to_seq``
@@ -292,36 +273,9 @@ class DedupStore:
         temporary disk; see ``store.seq_view``); later calls are seeks."""
         return self._order.items(self._state, from_seq, to_seq)
 
-    # -- output gaps (store.output_gaps) ----------------------------------------------------------------
-
-    @property
-    def refused_gap(self) -> OutputGap | None:
-        """The output gap a worker refused this partition for, until an operator accepts it."""
-        return self._gaps.refused
-
-    @property
-    def accepted_gaps(self) -> tuple[AcceptedGap, ...]:
-        """The output gaps operators accepted, oldest first."""
-        return self._gaps.accepted
-
-    @property
-    def offsets_from_seq(self) -> int:
-        return self._gaps.offsets_from_seq
-
-    def note_refused_gap(self, gap: OutputGap) -> None:
-        self._require_writable()
-        self._gaps.note_refused(gap)
-
-    def clear_refused_gap(self) -> None:
-        self._require_writable()
-        self._gaps.clear_refused()
-
-    def gap_to_accept(self) -> OutputGap:
-        return self._gaps.to_accept(self._state)
-
     def accept_gap(self, reason: str, by: str, accepted_ms: int) -> AcceptedGap:
-        self._require_writable()
-        accepted, self._state = self._gaps.accept(self._state, reason, by, accepted_ms)
+        """Accept the output gap a worker refused the partition for (``store.output_gaps``); the state moves."""
+        accepted, self._state = self.gaps.accept(self._state, reason, by, accepted_ms)
         return accepted
 
     # -- the id filter (store.filter_keeper) -------------------------------------------------------------
@@ -483,8 +437,7 @@ class DedupStore:
         self._repairs.erase(keys)
 
     def _require_writable(self) -> None:
-        if not self.writable:
-            raise StoreError(f"store {self.path} is open read-only", "this operation needs the worker stopped")
+        self._database.require_writable()
 
     def checkpoint(self, target: Path) -> None:
         """Write a RocksDB checkpoint of the whole store into ``target`` (which must not exist): consistent across

@@ -57,7 +57,7 @@ class AgeOutcome:
 def _window_at(store: DedupStore, seq: int, now_ms: int) -> float | None:
     if seq >= store.state.next_seq:
         return None
-    return max((now_ms - store.timestamps([seq])[0]) / 1000, 0.0)
+    return max((now_ms - store.ledger.timestamps([seq])[0]) / 1000, 0.0)
 
 
 def age_stores(
@@ -345,7 +345,7 @@ def accept_gaps(refs: Sequence[StoreRef], reason: str, by: str | None = None) ->
         hint = "stop the worker first; it refuses the partition anyway"
         stores = [(ref, stack.enter_context(_open_writable(ref, "accept the output gap of", hint))) for ref in refs]
         for _, store in stores:  # every partition can be accepted, or none is
-            store.gap_to_accept()
+            store.gaps.to_accept(store.state)
         for ref, store in stores:
             before = store.state.output_offset
             accepted = store.accept_gap(reason.strip(), by, clock.now_ms())

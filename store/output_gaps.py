@@ -49,10 +49,12 @@ class OutputGaps:
         return max((entry.from_seq for entry in self.accepted if entry.gap.kind == GAP_TRUNCATED), default=0)
 
     def note_refused(self, gap: OutputGap) -> None:
+        self._database.require_writable()
         self._database.put_meta({META_REFUSED_GAP: encode_gap(gap)})
         self.refused = gap
 
     def clear_refused(self) -> None:
+        self._database.require_writable()
         if self.refused is not None:
             self._database.put_meta({META_REFUSED_GAP: None})
             self.refused = None
@@ -76,6 +78,7 @@ class OutputGaps:
     def accept(self, state: StoreState, reason: str, by: str, accepted_ms: int) -> tuple[AcceptedGap, StoreState]:
         """Accept the refused gap and move the covered output offset to the gap's ``low``, in one write, so
         recovery goes on from the first offset the output holds; returns the entry and the new state."""
+        self._database.require_writable()
         gap = self.to_accept(state)
         accepted = AcceptedGap(gap=gap, from_seq=state.next_seq, accepted_ms=accepted_ms, reason=reason, by=by)
         gaps = (*self.accepted, accepted)

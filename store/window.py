@@ -72,7 +72,7 @@ def oldest_live(store: DedupStore) -> tuple[int, int] | None:
     state = store.state
     if state.live_ids <= 0:
         return None
-    return state.first_live_seq, store.timestamps([state.first_live_seq])[0]
+    return state.first_live_seq, store.ledger.timestamps([state.first_live_seq])[0]
 
 
 def effective_window_seconds(store: DedupStore, now_ms: int | None = None) -> float | None:
@@ -89,7 +89,7 @@ def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | No
     newest = None
     if oldest is not None:
         newest_seq = state.next_seq - 1
-        newest = (newest_seq, store.timestamps([newest_seq])[0])
+        newest = (newest_seq, store.ledger.timestamps([newest_seq])[0])
     now_ms = now_ms if now_ms is not None else clock.now_ms()
     return WindowInfo(
         topic=ref.topic if ref else store.identity.topic,
@@ -104,8 +104,8 @@ def window_info(store: DedupStore, ref: StoreRef | None = None, now_ms: int | No
         newest_seq=newest[0] if newest else None,
         newest_ts_ms=newest[1] if newest else None,
         window_seconds=None if oldest is None else max((now_ms - oldest[1]) / 1000, 0.0),
-        refused_gap=store.refused_gap,
-        accepted_gaps=store.accepted_gaps,
+        refused_gap=store.gaps.refused,
+        accepted_gaps=store.gaps.accepted,
     )
 
 

@@ -116,8 +116,8 @@ def _in_earlier_batches(
         return found
     seqs = store.live_seqs(list(map(itemgetter(1), in_store)))
     held = sorted({seq for seq in seqs if seq is not None})
-    offsets = dict(zip(held, store.output_offsets(held), strict=True))
-    stamps = dict(zip(held, store.timestamps(held), strict=True))
+    offsets = dict(zip(held, store.ledger.output_offsets(held), strict=True))
+    stamps = dict(zip(held, store.ledger.timestamps(held), strict=True))
     for (message_id, _), seq in zip(in_store, seqs, strict=True):
         if seq is not None:
             found[message_id] = (offsets[seq], stamps[seq])

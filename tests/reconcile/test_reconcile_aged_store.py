@@ -59,7 +59,7 @@ def test_late_retries_of_aged_ids_do_not_make_aged_ids_missing(make_pipeline):
     with pipeline.open_store() as store:
         before = store.state
         assert before.live_ids == 1_000
-        cut_offset = store.window_start_offset()
+        cut_offset = store.ledger.window_start_offset()
     # the live window is a-2800..a-2999 then the second run: every record before a-2800 is older than it
     records = [(offset, message_id) for batch in scan_output(pipeline.kafka, pipeline.output_topic, 0, -1)
                for offset, message_id in zip(batch.offsets, batch.ids, strict=True)]  # fmt: skip

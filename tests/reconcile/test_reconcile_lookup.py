@@ -87,7 +87,7 @@ def test_a_stretch_of_output_is_checked_by_the_batch_digests(tmp_path):
         # a batch without digests (a schema-2 store's, or one whose lost id was put back) is checked id by id
         store.forget_many([ids[60]])
         assert store.place([ids[60]], [60]) == [60]
-        assert store.match_digests(keys[50:100], 50) == list(range(50))  # no digest vouches for any of them
+        assert store.ledger.match_digests(keys[50:100], 50) == list(range(50))  # no digest vouches for any of them
         assert run_by_digests(store, keys[40:120]) == 40
 
         store.forget_many([ids[10]])  # its batch loses its digests; the lookups find the gap

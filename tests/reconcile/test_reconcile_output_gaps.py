@@ -54,7 +54,7 @@ def test_recovery_refuses_a_store_retention_ran_past_and_resumes_once_accepted(m
         assert "partition 0 refused" in message and "retention deleted offsets 40-49" in message
         assert "dedupectl accept-gap" in message and "\n" not in message
         assert store.state.next_seq == 40 and store.state.output_offset == 40  # nothing recorded, nothing moved
-        assert store.refused_gap == refused.value.gap
+        assert store.gaps.refused == refused.value.gap
 
         store.accept_gap("restored an old snapshot", "ops@host", int(time.time() * 1000))
         result = catch_up(store, reader, pipeline.output_topic, 0)
@@ -74,7 +74,7 @@ def test_retention_that_took_only_the_newest_batch_s_commit_marker_is_no_gap(mak
     with pipeline.open_store() as store, OutputReader(pipeline.kafka) as reader:
         result = catch_up(store, reader, pipeline.output_topic, 0)
         assert (result.scanned, result.recorded) == (0, 0)
-        assert store.state.output_offset == pipeline.end_offset() and store.refused_gap is None
+        assert store.state.output_offset == pipeline.end_offset() and store.gaps.refused is None
 
 
 def test_recovery_refuses_an_output_that_ends_below_the_store(make_pipeline):
@@ -87,9 +87,9 @@ def test_recovery_refuses_an_output_that_ends_below_the_store(make_pipeline):
             catch_up(store, reader, pipeline.output_topic, 0)
         assert (refused.value.gap.kind, refused.value.gap.low, refused.value.gap.end) == (GAP_TRUNCATED, 0, 6)
         store.accept_gap("topic recreated", "ops@host", int(time.time() * 1000))
-        assert store.state.output_offset == 0 and store.output_offsets([0]) == [None]
+        assert store.state.output_offset == 0 and store.ledger.output_offsets([0]) == [None]
         result = catch_up(store, reader, pipeline.output_topic, 0)
-        assert result.recorded == 5 and store.output_offsets([100, 104]) == [0, 4]
+        assert result.recorded == 5 and store.ledger.output_offsets([100, 104]) == [0, 4]
 
 
 def test_an_open_transaction_holding_the_stable_offset_back_is_no_truncation(make_pipeline):

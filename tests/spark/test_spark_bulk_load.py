@@ -61,7 +61,7 @@ def test_bulk_load_equals_record(tmp_path, kinds, generations_of):
         assert _contents(store) == recorded
         assert store.state == state
         # every batch has its digests, as record() gives them (reconcile compares by them): they vouch for all
-        assert store.match_digests(encode_ids(ids), 0) == []
+        assert store.ledger.match_digests(encode_ids(ids), 0) == []
         # a generation for each bucket (a worker's store then keeps the sealed ones' fixed-width ids in arrays)
         assert [(first, end - 1) for _, first, end in store.id_families()] == [(0, 199), (200, 399), (400, 529)]
         assert age_step(store, AgingPolicy(max_keys=300)).generations_dropped == 1
@@ -84,7 +84,7 @@ def test_an_id_recorded_again_is_held_under_its_later_number_as_record_leaves_it
             stop = start + LAYOUT.batch_ids
             store.record(sequence[start:stop], stamps[start:stop], output_offsets=offsets[start:stop])
         age_step(store, AgingPolicy(max_keys=200))
-        recorded = _contents(store), _times_values(store), store.output_offsets(range(130, 330))
+        recorded = _contents(store), _times_values(store), store.ledger.output_offsets(range(130, 330))
 
     held = [n >= 30 for n in range(len(sequence))]
     buckets = []
@@ -99,10 +99,10 @@ def test_an_id_recorded_again_is_held_under_its_later_number_as_record_leaves_it
     state = StoreState(next_seq=len(sequence), first_live_seq=0, input_offset=-1, output_offset=700)
     with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
         assert [found[0] for found in store.lookup_many(ids[:30])] == list(range(300, 330))
-        assert store.output_offsets(range(len(sequence))) == offsets
-        assert store.match_digests(encode_ids(sequence), 0) == []  # the digests are of every number's id
+        assert store.ledger.output_offsets(range(len(sequence))) == offsets
+        assert store.ledger.match_digests(encode_ids(sequence), 0) == []  # the digests are of every number's id
         age_step(store, AgingPolicy(max_keys=200))
-        assert (_contents(store), _times_values(store), store.output_offsets(range(130, 330))) == recorded
+        assert (_contents(store), _times_values(store), store.ledger.output_offsets(range(130, 330))) == recorded
 
 
 def test_a_bucket_whose_ids_are_all_recorded_again_has_no_ids_file(tmp_path, generations_of):
@@ -123,7 +123,7 @@ def test_a_bucket_whose_ids_are_all_recorded_again_has_no_ids_file(tmp_path, gen
     with ingest(tmp_path / "loaded", topic="t", partition=0, buckets=buckets, state=state) as store:
         assert [first for _, first, _ in store.id_families()] == [300, 450]
         assert [found[0] for found in store.lookup_many(ids)] == list(range(300, 600))
-        assert store.timestamps(range(len(sequence))) == stamps
+        assert store.ledger.timestamps(range(len(sequence))) == stamps
         store.record([b"after-the-load"], [stamps[-1]])
         assert store.lookup_many([b"after-the-load"]) == [(600, stamps[-1])]
     assert not list((tmp_path / "sst").glob("ids-*"))  # the pieces written and the empty one left behind are gone

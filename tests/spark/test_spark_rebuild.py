@@ -114,9 +114,9 @@ def test_rebuild_holds_each_republished_id_at_its_latest_copy(make_pipeline, spa
         assert _recorded(store, live) == workers  # id by id: number, timestamp, output offset
         # every number's batch: each output record's timestamp and offset, and digests of the ids as published
         numbers = range(len(output))
-        assert store.timestamps(numbers) == [stamp for _, _, stamp in output]
-        assert store.output_offsets(numbers) == [offset for _, offset, _ in output]
-        assert store.match_digests(encode_ids([message_id for message_id, _, _ in output]), 0) == []
+        assert store.ledger.timestamps(numbers) == [stamp for _, _, stamp in output]
+        assert store.ledger.output_offsets(numbers) == [offset for _, offset, _ in output]
+        assert store.ledger.match_digests(encode_ids([message_id for message_id, _, _ in output]), 0) == []
         last_copy = {message_id: seq for seq, (message_id, _, _) in enumerate(output)}
         every_id = list(last_copy)
         assert store.live_seqs(encode_ids(every_id)) == [last_copy[i] for i in every_id]
@@ -162,8 +162,8 @@ def _recorded(store: DedupStore, ids: list[bytes]) -> dict[bytes, tuple[int | No
     """Each id's (sequence number, timestamp, output offset) as the store's reading API answers them."""
     seqs = store.live_seqs(encode_ids(ids))
     held = sorted(seq for seq in seqs if seq is not None)
-    stamps = dict(zip(held, store.timestamps(held), strict=True))
-    offsets = dict(zip(held, store.output_offsets(held), strict=True))
+    stamps = dict(zip(held, store.ledger.timestamps(held), strict=True))
+    offsets = dict(zip(held, store.ledger.output_offsets(held), strict=True))
     return {i: (seq, stamps.get(seq), offsets.get(seq)) for i, seq in zip(ids, seqs, strict=True)}
 
 

@@ -51,7 +51,7 @@ def test_each_batch_has_the_digests_of_its_keys_until_it_loses_an_id(tmp_path):
         assert store.forget_many([_ids(12, 13)[0], _ids(20, 21)[0], b"never-recorded"]) == 2
         digests = _digests(store)
         assert digests[0] is not None and digests[10] is None and digests[15] is None
-        assert store.timestamps([0, 12, 29]) == [1, 2, 3]  # the timestamps stay
+        assert store.ledger.timestamps([0, 12, 29]) == [1, 2, 3]  # the timestamps stay
 
 
 @pytest.mark.parametrize("other", [3, 6, 8])

@@ -67,4 +67,4 @@ def test_compact_clears_what_aging_left(data_dir: Path):
     with DedupStore.open_existing(data_dir / "events-0") as store:
         assert [file.seq_range for file in ids_files(store)][-1][1] == 29_999
         assert store.contains_many([_id(14_999), _id(15_000), _id(29_999)]) == [False, True, True]
-        assert store.timestamps([15_000, 29_999]) == [BASE_MS + 15_000, BASE_MS + 29_999]
+        assert store.ledger.timestamps([15_000, 29_999]) == [BASE_MS + 15_000, BASE_MS + 29_999]

@@ -75,25 +75,25 @@ def _record(store: DedupStore, first: int, count: int, first_offset: int) -> Non
 
 
 def test_the_cut_maps_to_the_output_offset_of_the_oldest_live_id(store: DedupStore):
-    assert store.window_start_offset() == -1 and store.newest_output_offset() == -1
+    assert store.ledger.window_start_offset() == -1 and store.ledger.newest_output_offset() == -1
     for batch in range(4):  # batch b: ids 100b.., offsets 101b.. (a transaction marker after each)
         _record(store, 100 * batch, 100, 101 * batch)
-    assert store.window_start_offset() == -1  # nothing aged: no record is older than the window
-    assert store.newest_output_offset() == 101 * 3 + 99
+    assert store.ledger.window_start_offset() == -1  # nothing aged: no record is older than the window
+    assert store.ledger.newest_output_offset() == 101 * 3 + 99
     for cut, offset in [(1, 1), (99, 99), (100, 101), (250, 252), (399, 101 * 3 + 99)]:
         advance_cut(store, cut)
-        assert store.window_start_offset() == offset
+        assert store.ledger.window_start_offset() == offset
     advance_cut(store, 400)  # everything aged: the window starts past the newest id
-    assert store.window_start_offset() == 101 * 3 + 100
+    assert store.ledger.window_start_offset() == 101 * 3 + 100
 
 
 def test_a_cut_in_a_batch_without_offsets_is_not_placed(store: DedupStore):
     store.record([_id(n) for n in range(10)], [BASE_MS] * 10)  # written by hand: no offsets
     _record(store, 10, 10, 50)
     advance_cut(store, 5)
-    assert store.window_start_offset() is None
+    assert store.ledger.window_start_offset() is None
     advance_cut(store, 12)
-    assert store.window_start_offset() == 52
+    assert store.ledger.window_start_offset() == 52
 
 
 def test_lost_ids_go_back_under_their_own_numbers(store: DedupStore):
@@ -104,9 +104,9 @@ def test_lost_ids_go_back_under_their_own_numbers(store: DedupStore):
     store.forget_many(lost)
     before = store.state
     offsets = [101 * (n // 100) + n % 100 for n in (160, 199, 200, 350, 499)]
-    assert store.seqs_published_at(offsets) == dict(zip(offsets, [160, 199, 200, 350, 499], strict=True))
+    assert store.ledger.seqs_published_at(offsets) == dict(zip(offsets, [160, 199, 200, 350, 499], strict=True))
     # an offset below the cut, a marker's offset and one past the end have no live number
-    assert store.seqs_published_at([101 + 20, 100, 10_000]) == {}
+    assert store.ledger.seqs_published_at([101 + 20, 100, 10_000]) == {}
     assert store.place(lost, offsets) == [160, 199, 200, 350, 499]
     assert store.state == before  # nothing appended: the sequence and the cut are as they were
     assert [seq for seq, _ in store.lookup_many(lost)] == [160, 199, 200, 350, 499]
@@ -119,8 +119,8 @@ def test_lost_ids_go_back_under_their_own_numbers(store: DedupStore):
 def test_ids_recorded_without_offsets_have_no_place(store: DedupStore):
     store.record([_id(n) for n in range(100)], [BASE_MS] * 100, output_offset=101)
     store.forget_many([_id(50)])
-    assert store.newest_output_offset() is None
-    assert store.seqs_published_at([50]) == {}
+    assert store.ledger.newest_output_offset() is None
+    assert store.ledger.seqs_published_at([50]) == {}
     assert store.place([_id(50)], [50]) == [None]
     assert store.contains_many([_id(50)]) == [False]
 
@@ -132,5 +132,5 @@ def test_offsets_survive_a_restart(tmp_path: Path):
         advance_cut(store, 120)
         store.flush()
     with DedupStore.open_secondary(path) as reader:
-        assert reader.window_start_offset() == 1_120
-        assert reader.output_offsets([0, 119, 299]) == [1_000, 1_119, 1_299]
+        assert reader.ledger.window_start_offset() == 1_120
+        assert reader.ledger.output_offsets([0, 119, 299]) == [1_000, 1_119, 1_299]
