@@ -17,6 +17,7 @@ from pathlib import Path
 
 from snapshots.errors import SnapshotError
 from store import clock
+from store.checkpoint import write_checkpoint
 from store.dedup_store import DedupStore
 from store.errors import StoreError
 
@@ -85,7 +86,7 @@ def take_checkpoint(store: DedupStore, target: Path) -> CheckpointFacts:
     state, identity = store.state, store.identity
     oldest = _oldest_timestamp_ms(store)
     try:
-        store.checkpoint(target)
+        write_checkpoint(store, target)
     except Exception as error:
         raise SnapshotError(f"RocksDB could not checkpoint {store.path}: {error}") from error
     return CheckpointFacts(

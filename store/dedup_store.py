@@ -10,25 +10,20 @@ never share a store); readers take no lock (``store.opening.open_reader``).
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from rocksdict import Checkpoint, Rdict, WriteBatch
+from rocksdict import Rdict, WriteBatch
 
+from store import following, id_scans, opening
 from store import generations as gens
-from store import id_scans, opening
 from store.batch_writer import BatchWriter
-from store.catch_up import catch_up
 from store.codec import (
     CF_META,
     CF_TIMES,
-    META_ARRAYS,
     META_FILTER_TOKEN,
     META_STATE,
     SCHEMA_VERSION,
@@ -169,20 +164,14 @@ class DedupStore:
 
     @classmethod
     def open_secondary(cls, path: Path) -> DedupStore:
-        """Open for reading without the writer's lock (``store.opening.open_reader``)."""
+        """Open for reading without the writer's lock (``store.opening.open_reader``, ``store.following``)."""
         path = Path(path)
-        opening.require_store_dir(path)
-        scratch = tempfile.TemporaryDirectory(prefix="dedupectl-secondary-")
-        try:
-            names, db, follows = opening.open_reader(path, scratch.name)
-        except BaseException:
-            scratch.cleanup()
-            raise
+        names, db, follows, scratch = following.open_follower(path)
         identity, state = opening.read_meta(db, path)
         store = cls(
             db, path, identity, state, writable=False, families=names, follows_writer=follows, secondary_dir=scratch
         )
-        store._state = store._visible(state)
+        store._state = following.visible_state(path, names, state)
         return store
 
     def _settle(self) -> None:
@@ -202,25 +191,17 @@ class DedupStore:
     def refresh(self) -> None:
         """Readers: catch up with the writer and reload the state (a read-only instance opens again: a writer
         may have written the store since, or be writing it now)."""
-        if not self.writable and not self._follows_writer:
+        if self.writable:
+            return
+        keeper = self._keeper
+        if not self._follows_writer or not following.caught_up(
+            self._database, self.path, keeper.family_names, keeper.arrays_raw
+        ):
             self._reopen()
-        elif not self.writable:
-            try:
-                catch_up(self._database.db, self.path)
-                families = set(Rdict.list_cf(str(self.path)))
-            except Exception as error:
-                if "unknown column family" not in str(error):
-                    raise
-                families = None
-            # a secondary instance follows only the families it opened with: one the writer added or dropped
-            # since (a generation), or sealed arrays it named since, make it open again; the same families and
-            # arrays: none started since it caught up
-            keeper = self._keeper
-            if families != set(keeper.family_names) or self._database.meta_value(META_ARRAYS) != keeper.arrays_raw:
-                self._reopen()
-            elif (raw := self._database.meta_value(META_STATE)) is not None:
-                self._state = decode_state(raw)
-            self.gaps.load()
+            return
+        if (raw := self._database.meta_value(META_STATE)) is not None:
+            self._state = decode_state(raw)
+        self.gaps.load()
 
     def _reopen(self) -> None:
         """Open the database again for reading: the writer added or dropped generations."""
@@ -230,18 +211,7 @@ class DedupStore:
         self.identity, state = opening.read_meta(db, self.path)
         self._database = Database(db, self.path, writable=False)
         self._attach(names, follows)
-        self._state = self._visible(state)
-
-    def _visible(self, state: StoreState) -> StoreState:
-        """A secondary instance's state, as far as its families hold it. The writer may start a generation after
-        the instance listed the families and before it caught up: the instance then reads the batches recorded
-        into it (the state) but not that generation's ids, so its state stops below the first number of the
-        oldest such generation."""
-        unseen = set(Rdict.list_cf(str(self.path))) - set(self._keeper.family_names)
-        below = min((first for name in unseen if (first := gens.first_seq_of(name)) is not None), default=None)
-        if below is None or below >= state.next_seq:
-            return state
-        return replace(state, next_seq=max(below, state.first_live_seq))
+        self._state = following.visible_state(self.path, names, state)
 
     def contains_many(self, ids: Sequence[bytes]) -> list[bool]:
         """Multi-gets: for each id, whether the store holds it within the window."""
@@ -438,21 +408,6 @@ class DedupStore:
 
     def _require_writable(self) -> None:
         self._database.require_writable()
-
-    def checkpoint(self, target: Path) -> None:
-        """Write a RocksDB checkpoint of the whole store into ``target`` (which must not exist): consistent across
-        the families, SST files hard-linked when ``target`` is on the same filesystem. RocksDB flushes the
-        memtables first, so only the process that has the store open read-write gets a complete one."""
-        checkpoint = Checkpoint(self._database.db)
-        try:
-            checkpoint.create_checkpoint(str(target))
-        finally:
-            del checkpoint  # it references the DB: the store could not close while it lives
-        for _, source, _ in self.arrays_files():  # the files its metadata names: nothing changes them meanwhile
-            try:  # a hard link, as RocksDB's checkpoint makes of its files, or a copy on another filesystem
-                os.link(source, Path(target) / source.name)
-            except OSError:
-                shutil.copy2(source, Path(target) / source.name)
 
     def flush(self) -> None:
         """Write every family's memtable to SST files and wait (aging can only drop what is in files)."""

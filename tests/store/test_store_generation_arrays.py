@@ -15,6 +15,7 @@ from mixed_ids import distinct_mixed_ids
 
 from store import generation_arrays
 from store.aging import AgingPolicy, age_step
+from store.checkpoint import write_checkpoint
 from store.codec import CF_META, META_ARRAYS, META_IDENTITY, SCHEMA_VERSION, encode_ids
 from store.dedup_store import DedupStore
 from store.errors import StoreCorruptError
@@ -175,7 +176,7 @@ def test_a_filter_built_whole_takes_the_sealed_arrays_ids_and_those_put_back(tmp
 def test_a_checkpoint_holds_the_arrays_and_a_missing_one_is_refused(tmp_path, window):
     path, target = tmp_path / "events-0", tmp_path / "checkpoint"
     with _sealed_store(path, window, 6_000) as (store, ids, unseen):
-        store.checkpoint(target)
+        write_checkpoint(store, target)
         names = sorted(file.name for _, file, _ in store.arrays_files())
     assert names and sorted(child.name for child in target.glob("*.arrays")) == names
     with DedupStore.open_existing(target) as copy:
