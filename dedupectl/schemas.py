@@ -26,7 +26,6 @@ from functools import lru_cache
 from typing import Any
 
 from dedupectl.errors import ConfigError, SchemaRegistryUnavailableError
-from reconcile.broker_retry import RetryPolicy, with_retries
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +220,8 @@ class WireDecoder:
         if self.source.registry_url is None:
             raise UnknownSchema(f"schema id {schema_id} is in no --schema-file")
         from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        from reconcile.broker_retry import RetryPolicy, with_retries
 
         what = f"schema registry {self.source.registry_url}: fetching schema id {schema_id}"
         policy = RetryPolicy(
