@@ -300,7 +300,7 @@ def _registry_protobuf(client, schema_id: int) -> _ProtobufSchema:
 
 def _registry_transient(error: BaseException) -> bool:
     """No answer, a timeout or a server error: the registry may come back. A 4xx will not change by itself."""
-    import httpx
+    from confluent_kafka.schema_registry.common._httpx_compat import httpx  # httpx or httpx2, as the client uses
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     if isinstance(error, SchemaRegistryError):
