@@ -18,6 +18,11 @@ With ``--also-partitioner NAME`` (repeatable), each round also runs ``dedupectl 
 the same input (the sample is produced by librdkafka's default partitioner, CRC32, so the default ``auto``
 settles on crc32); its throughput is reported against the default's, as a ratio of the median runs.
 
+With ``--value-format avro``, the same events are also produced as Avro values in the Confluent wire format
+(the same keys, so the same partitions; the writer schema in a schema file) to a topic of their own, and each
+round also runs ``dedupectl run --value-format avro --schema-file 1=…`` on it: its throughput is reported
+against the JSON runs of the same rounds, as a ratio of the median runs.
+
 With ``--baseline-checkout DIR`` (a checkout of an earlier commit, e.g. ``git worktree add DIR COMMIT``), each
 round also runs that checkout's ``dedupectl run`` (its code, this interpreter and its packages) on the same
 input, after this checkout's: its throughput is reported beside this one's, as a ratio of the median runs.
@@ -45,6 +50,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.avro_events import produce_avro  # noqa: E402
 from benchmarks.bulk_stores import add_prefill_options, linked_copy, reuse_or_prefill  # noqa: E402
 from dedupectl.config import KafkaConfig  # noqa: E402
 from dedupectl.devbroker import LocalBroker  # noqa: E402
@@ -86,6 +92,12 @@ def main() -> None:
         choices=["auto", "murmur2", "crc32", "any"],
         help="also run dedupectl with this --partitioner each round (its other runs use the default, auto); repeatable",
     )
+    parser.add_argument(
+        "--value-format",
+        choices=["json", "avro"],
+        default="json",
+        help="avro: also run dedupectl on the same events as Avro values (schema file), each round",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 
@@ -94,13 +106,19 @@ def main() -> None:
         LocalBroker(Path(scratch) / "broker") as broker,
     ):
         kafka = KafkaConfig(broker.bootstrap_servers)
-        topics = ["in", "out-naive", "in.dead-letter"]
+        topics = ["in", "out-naive", "in.dead-letter", "in-avro", "in-avro.dead-letter"]
         create_topics(kafka, topics, PARTITIONS)
         spec = SampleSpec(args.count, duplicate_ratio=args.duplicates)
         with console.status(f"producing {args.count:,} events"):
             started = time.monotonic()
             sample = produce_sample(kafka, "in", spec)
         console.print(f"produced {sample.produced:,} events in {time.monotonic() - started:.1f}s")
+        avro_schema = Path(scratch) / "event.avsc"
+        if args.value_format == "avro":
+            with console.status(f"producing the {args.count:,} events again as Avro"):
+                started = time.monotonic()
+                produced = produce_avro(kafka, "in-avro", spec, avro_schema)
+            console.print(f"produced {produced:,} Avro events in {time.monotonic() - started:.1f}s")
         python = sys.executable
         data = Path(scratch)
         prefilled_dir = args.prefilled_dir or data / "prefilled"
@@ -113,18 +131,27 @@ def main() -> None:
             )
 
         def dedupectl_run(
-            round_: int, prefilled: bool = False, checkout: Path | None = None, partitioner: str | None = None
+            round_: int,
+            prefilled: bool = False,
+            checkout: Path | None = None,
+            partitioner: str | None = None,
+            avro: bool = False,
         ) -> dict:
             name = f"{round_}-prefilled" if prefilled else str(round_)
             name = f"{name}-baseline" if checkout is not None else name
             name = f"{name}-{partitioner}" if partitioner is not None else name
+            name = f"{name}-avro" if avro else name
             output = f"out-dedup-{name}"
             create_topics(kafka, [output], PARTITIONS)
             data_dir = data / f"data-{name}"
             if prefilled:
                 linked_copy(prefilled_dir, data_dir)
-            topic = ["-i", "in"] if checkout is not None else ["-t", "in"]  # an earlier build's spelling
+            source = "in-avro" if avro else "in"
+            topic = ["-i", source] if checkout is not None else ["-t", source]  # an earlier build's spelling
             command = [python, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, *topic]
+            if avro:
+                command += ["--value-format", "avro", "--schema-file", f"1={avro_schema}"]
+                command += ["--dead-letter-topic", "in-avro.dead-letter"]
             command += ["-o", output, "-d", str(data_dir), "--worker-id", f"bench-{name}"]
             command += ["--group-id", f"bench-{name}", "--exit-on-idle", "3", "--log-level", "warning", "--json"]
             if prefilled:  # the bound the bulk load sized each filter for (a changed bound rebuilds the filter at
@@ -144,6 +171,8 @@ def main() -> None:
             runs["baseline"] = []
         for partitioner in args.also_partitioner:
             runs[f"partitioner {partitioner}"] = []
+        if args.value_format == "avro":
+            runs["avro"] = []
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
@@ -164,6 +193,9 @@ def main() -> None:
             for partitioner in args.also_partitioner:
                 with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run --partitioner {partitioner}"):
                     runs[f"partitioner {partitioner}"].append(dedupectl_run(round_, partitioner=partitioner))
+            if args.value_format == "avro":
+                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run --value-format avro"):
+                    runs["avro"].append(dedupectl_run(round_, avro=True))
             if args.prefilled_ids:
                 with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the pre-filled stores"):
                     runs["dedupectl_prefilled"].append(dedupectl_run(round_, prefilled=True))
@@ -197,6 +229,7 @@ def main() -> None:
         table.add_column(column, justify="right" if column != "system" else "left")
     shown = ["copy", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
     shown += [f"partitioner {partitioner}" for partitioner in args.also_partitioner]
+    shown += ["avro"] if args.value_format == "avro" else []
     for name in shown + (["dedupectl_prefilled"] if args.prefilled_ids else []):
         figures = results[name]
         ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
@@ -245,6 +278,10 @@ def main() -> None:
         theirs = results[f"partitioner {partitioner}"]["messages_per_second"]
         report["ratios"][f"partitioner_{partitioner}_vs_default"] = theirs / ours
         console.print(f"--partitioner {partitioner}: {theirs / ours:.3f}x the throughput of the default (median runs)")
+    if args.value_format == "avro":
+        theirs = results["avro"]["messages_per_second"]
+        report["ratios"]["avro_vs_json"] = theirs / ours
+        console.print(f"Avro ids: {theirs / ours:.3f}x the throughput of JSON ids on the same events (median runs)")
     if args.prefilled_ids:
         report["ratios"]["prefilled_vs_empty"] = results["dedupectl_prefilled"]["messages_per_second"] / ours
         console.print(

@@ -34,6 +34,7 @@ from store.errors import ConfigError
 from store.sizes import parse_duration
 
 if TYPE_CHECKING:
+    from dedupectl.schemas import SchemaSource
     from reconcile.kafka import KafkaConfig
 
 
@@ -65,7 +66,14 @@ ENV_RESERVED = frozenset(
 DEFAULT_DATA_DIR = Path("dedupectl-data")
 OBSERVER_SUFFIX = ".observe"  # of an observer's group and data directory, after the worker's
 # The flag that sets a field, where it is not --<field with dashes>: errors name what the operator typed.
-FIELD_FLAGS = {"input_topic": "--topic"}
+FIELD_FLAGS = {
+    "input_topic": "--topic",
+    "schema_registry_url": "--schema-registry",
+    "schema_files": "--schema-file",
+    "schema_registry_settings": "--schema-registry-setting",
+}
+# Tables of a config file that are not fields of their own: schema id to file, and the registry client's settings.
+SCHEMA_TABLES = {"schema_files": "schema_files", "schema_registry": "schema_registry_settings"}
 
 
 def flag_for(key: str) -> str:
@@ -91,7 +99,7 @@ KAFKA_KEYS_OWNED = frozenset(
     }
 )
 
-VALUE_FORMATS = ("json", "raw")
+VALUE_FORMATS = ("json", "raw", "avro", "protobuf")
 # the names of dedupectl.partitioner.PARTITIONERS, spelt out: resolving a config must not load numpy
 PARTITIONER_CHOICES = ("auto", "murmur2", "crc32", "any")
 MISROUTED_ACTIONS = ("publish", "dead-letter")
@@ -122,6 +130,7 @@ class WorkerConfig:
     value_format: str = "json"
     id_field: str = "messageId"  # a top-level name, or a JSON Pointer (/context/messageId) for a nested field
     id_header: str | None = None  # the id is this record header's value, and only it (dedupectl.messages)
+    schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf (dedupectl.schemas)
     # what each keyed record's partition is checked against (dedupectl.worker.routing); any: not checked
     partitioner: str = "auto"
     misrouted: str = "publish"  # a record in the wrong partition: published as usual, or a dead letter
@@ -162,6 +171,7 @@ class WorkerConfig:
         """A JSON-friendly view with secrets redacted."""
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "kafka"}
         fields["data_dir"] = str(self.data_dir)
+        fields["schemas"] = None if self.schemas is None else self.schemas.describe()
         return {"kafka": self.kafka.describe(), **fields, "transactional_id": self.transactional_id}
 
 
@@ -181,6 +191,7 @@ _WORKER_FIELDS: dict[str, type] = {
     "value_format": str,
     "id_field": str,
     "id_header": str,
+    "schema_registry_url": str,
     "partitioner": str,
     "misrouted": str,
     "transaction_timeout_ms": int,
@@ -260,12 +271,17 @@ def _from_file(file_path: Path, fields: dict[str, Any], kafka: dict[str, str]) -
             if not isinstance(value, dict):
                 raise ConfigError(f"{file_path}: [kafka] must be a table of librdkafka settings")
             kafka.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()})
+        elif key in SCHEMA_TABLES:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{file_path}: [{key}] must be a table of key = value")
+            table = fields.setdefault(SCHEMA_TABLES[key], {})
+            table.update({_schema_key(key, k, file_path): str(v) for k, v in value.items()})
         elif key in _WORKER_FIELDS:
             fields[key] = _parse(key, _WORKER_FIELDS[key], value, str(file_path))
         else:
             raise ConfigError(
                 f"{file_path}: unknown config key {key!r}",
-                f"known keys: {', '.join(sorted([*_WORKER_FIELDS, 'kafka']))}",
+                f"known keys: {', '.join(sorted([*_WORKER_FIELDS, 'kafka', *SCHEMA_TABLES]))}",
             )
 
 
@@ -291,6 +307,9 @@ def _from_flags(
             continue
         if key == "kafka":
             kafka.update(value)
+        elif key in SCHEMA_TABLES.values():  # parsed by the command (--schema-file, --schema-registry-setting)
+            fields.setdefault(key, {}).update(value)
+            origins[key] = flag_for(key)
         elif key in _WORKER_FIELDS:
             fields[key] = _parse(key, _WORKER_FIELDS[key], value, flag_for(key))
             origins[key] = flag_for(key)
@@ -387,12 +406,36 @@ def resolve_worker_config(
         observe=observe,
     )
     _validate(config, named)
+    from dedupectl.schemas import schema_source  # loads fastavro and protobuf when a schema source is given
+
+    config = dataclasses.replace(
+        config,
+        schemas=schema_source(
+            config.value_format,
+            fields.get("schema_files"),
+            fields.get("schema_registry_url"),
+            fields.get("schema_registry_settings"),
+            config.broker_retry_for,
+        ),
+    )
     if fields.get("id_header") is not None and fields.get("id_field") is not None:
         raise ConfigError(
             f"{named('id_header')} and {named('id_field')} are two places for the id, given together",
             "give one: with id_header the id is that header's value and the value's fields are not read",
         )
     return config
+
+
+def _schema_key(table: str, key: Any, source: Path) -> Any:
+    """A [schema_files] key is a schema id; a [schema_registry] key a client setting (its url is
+    schema_registry_url's)."""
+    if table == "schema_registry":
+        if key == "url":
+            raise ConfigError(f"{source}: [schema_registry] url is set by schema_registry_url", "move it there")
+        return str(key)
+    if not str(key).isdigit():
+        raise ConfigError(f"{source}: [schema_files] key {key!r} is not a schema id", 'write it as "7" = "event.avsc"')
+    return int(key)
 
 
 def observer_group(group_id: str) -> str:

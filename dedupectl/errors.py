@@ -46,6 +46,7 @@ __all__ = [
     "PermissionDeniedError",
     "RangeError",
     "ReattachError",
+    "SchemaRegistryUnavailableError",
     "SnapshotCorruptError",
     "SnapshotError",
     "SnapshotNotFoundError",
@@ -65,3 +66,8 @@ class LocalBrokerError(DedupeError):
 
 class SparkError(DedupeError):
     """A Spark job could not start (Java, the Kafka connector jars, the master) or failed."""
+
+
+class SchemaRegistryUnavailableError(DedupeError):
+    """The schema registry did not answer (refused, timed out, a server error) for as long as faults are ridden
+    out: the dependency, not the records, needs the operator; no record was dead-lettered for it."""

@@ -5,10 +5,14 @@ Where the id is, in this order:
 - ``id_header`` set: the value of that record header, and nothing else (a record without it is a dead
   letter: falling back to the key would mix two kinds of id, and a false duplicate is a silent loss);
 - else the record key;
-- else, for a record without a key, the JSON field ``id_field`` (``messageId`` by default): a top-level
-  name, or a JSON Pointer (RFC 6901, ``/context/messageId``) into nested objects and arrays.
-With ``value_format = "json"`` every value must be a JSON object (RFC 8259, UTF-8), whatever holds the id:
-anything else is a dead letter, never dropped silently and never blocking the partition.
+- else, for a record without a key, the field ``id_field`` (``messageId`` by default) of the value: a
+  top-level name, or a JSON Pointer (RFC 6901, ``/context/messageId``) into nested objects and arrays (JSON),
+  records, maps and arrays (Avro), or messages and repeated fields (Protobuf, by field name or JSON name).
+With ``value_format = "json"`` every value must be a JSON object (RFC 8259, UTF-8), and with ``"avro"`` or
+``"protobuf"`` every value must decode with its writer schema (Confluent wire format, ``dedupectl.schemas``),
+whatever holds the id: anything else is a dead letter, never dropped silently and never blocking the
+partition. In Avro and Protobuf a string or bytes field is an id; a null, an unset field with presence, or
+an absent field is a missing id; any other type an invalid one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,16 @@ from enum import StrEnum
 
 import simdjson  # validates an event without building Python objects: the cheapest check per record
 
+from dedupectl.schemas import (
+    MISSING,
+    SCHEMA_FORMATS,
+    SchemaSource,
+    UndecodableValue,
+    UnknownSchema,
+    decoder_for,
+    field_at,
+    pointer_tokens,
+)
 from store.codec import MAX_ID_BYTES
 
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean"}
@@ -26,6 +40,8 @@ _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", floa
 
 class DeadLetterReason(StrEnum):
     UNPARSEABLE = "unparseable-value"
+    UNDECODABLE = "undecodable-value"  # avro/protobuf: not the wire format, or not its writer schema's
+    UNKNOWN_SCHEMA = "unknown-schema"  # avro/protobuf: no writer schema for the value's schema id
     NOT_AN_OBJECT = "value-not-a-json-object"
     MISSING_ID = "missing-id"
     EMPTY_ID = "empty-id"
@@ -68,9 +84,45 @@ def extract_id(
     id_field: str,
     headers: Headers = None,
     id_header: str | None = None,
+    schemas: SchemaSource | None = None,
 ) -> bytes:
-    """The record's id, or ``DeadLetter`` with the reason."""
+    """The record's id, or ``DeadLetter`` with the reason. ``schemas``: where writer schemas come from, needed
+    with ``value_format`` avro or protobuf."""
+    if value_format in SCHEMA_FORMATS:
+        return _schema_id(_decoder(schemas), key, value, id_field, pointer_tokens(id_field), headers, id_header)
     return _extract_id(simdjson.Parser(), key, value, value_format, id_field, _lookup(id_field), headers, id_header)
+
+
+def _decoder(schemas: SchemaSource | None):
+    if schemas is None:  # a caller's mistake: config refuses avro/protobuf without a schema source
+        raise ValueError("value_format avro/protobuf needs a SchemaSource")
+    return decoder_for(schemas)
+
+
+def _schema_id(decoder, key, value, id_field: str, tokens, headers=None, id_header=None) -> bytes:
+    """The id of a record whose value is in the Confluent wire format: the value decodes first, whatever holds
+    the id, as a JSON value must be an object."""
+    try:
+        record = decoder.decode(value)
+    except UndecodableValue as error:
+        raise DeadLetter(DeadLetterReason.UNDECODABLE, str(error)) from None
+    except UnknownSchema as error:
+        raise DeadLetter(DeadLetterReason.UNKNOWN_SCHEMA, str(error)) from None
+    if id_header is not None:
+        return _header_id(headers, id_header)
+    if key:
+        return _check(key)
+    field = field_at(record, tokens)
+    if field is MISSING:
+        raise DeadLetter(DeadLetterReason.MISSING_ID, f"no record key and no {id_field!r} field")
+    if isinstance(field, str):
+        field = field.encode()
+    elif not isinstance(field, bytes):
+        kind = type(field).__name__
+        raise DeadLetter(DeadLetterReason.INVALID_ID, f"{id_field!r} is of type {kind}, not a string or bytes")
+    if not field.strip():
+        raise DeadLetter(DeadLetterReason.EMPTY_ID, f"{id_field!r} is empty")
+    return _check(field)
 
 
 def _lookup(id_field: str):
@@ -146,11 +198,15 @@ def extract_ids(
     id_field: str,
     headers: Sequence[Headers] | None = None,
     id_header: str | None = None,
+    schemas: SchemaSource | None = None,
 ) -> tuple[list[bytes | None], list[tuple[int, DeadLetter]]]:
     """``extract_id`` over a batch: each record's id (``None`` for a dead letter) and the dead letters by
     index. The usual record (keyed, or carrying its ``id_header``; its value a JSON object) costs one
     validation in a tight loop; only the others take ``extract_id``'s full path, so a few bad records do not
-    slow their batch down. ``headers``: each record's, needed only with ``id_header``."""
+    slow their batch down. ``headers``: each record's, needed only with ``id_header``; ``schemas``: with
+    ``value_format`` avro or protobuf, where writer schemas come from."""
+    if value_format in SCHEMA_FORMATS:
+        return _schema_ids(_decoder(schemas), keys, values, id_field, headers, id_header)
     parser, lookup = simdjson.Parser(), _lookup(id_field)
     if id_header is None:
         candidates = keys
@@ -176,6 +232,19 @@ def extract_ids(
         except DeadLetter as reason:
             ids[index] = None
             dead.append((index, reason.with_traceback(None)))  # its frames would pin the parser's document
+    return ids, dead
+
+
+def _schema_ids(decoder, keys, values, id_field: str, headers, id_header):
+    """``extract_ids`` for values in the wire format: every value is decoded, so each record takes one path."""
+    tokens, ids, dead = pointer_tokens(id_field), [], []
+    every_headers = headers if headers is not None else [None] * len(keys)
+    for index, (key, value, record_headers) in enumerate(zip(keys, values, every_headers, strict=True)):
+        try:
+            ids.append(_schema_id(decoder, key, value, id_field, tokens, record_headers, id_header))
+        except DeadLetter as reason:
+            ids.append(None)
+            dead.append((index, reason.with_traceback(None)))
     return ids, dead
 
 

@@ -29,6 +29,7 @@ from confluent_kafka import KafkaException, Message, TopicPartition
 from dedupectl.fleet import committed_offsets, offsets_reader
 from dedupectl.messages import DeadLetter, extract_id
 from dedupectl.partitioner import PARTITIONERS
+from dedupectl.schemas import SchemaSource
 from reconcile.broker_retry import describe
 from reconcile.errors import BrokerError
 from reconcile.kafka import KafkaConfig, partition_counts
@@ -63,6 +64,7 @@ class TraceRequest:
     value_format: str = "json"
     id_field: str = "messageId"
     id_header: str | None = None
+    schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,13 @@ def _is_the_id(message: Message, key: bytes, request: TraceRequest) -> bool:
         return False
     try:
         found = extract_id(
-            message.key(), value, request.value_format, request.id_field, message.headers(), request.id_header
+            message.key(),
+            value,
+            request.value_format,
+            request.id_field,
+            message.headers(),
+            request.id_header,
+            schemas=request.schemas,
         )
     except DeadLetter:
         return False

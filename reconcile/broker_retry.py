@@ -130,25 +130,28 @@ def with_retries(
     *,
     transient: Callable[[BaseException], bool] = is_transient,
     sleep: Callable[[float], None] = time.sleep,
+    service: str = "Kafka",
+    error: type[DedupeError] = BrokerError,
 ) -> T:
     """``call()``, retried while it fails with a transient error and the bound lasts. When the bound runs out
-    the last error is raised as a BrokerError that says so; other errors are raised as they are."""
+    the last error is raised as ``error`` (a BrokerError unless another ``service`` is called) that says so;
+    other errors are raised as they are."""
     deadline: float | None = None
     attempt = 0
     while True:
         try:
             return call()
-        except Exception as error:
-            if not transient(error):
+        except Exception as failure:
+            if not transient(failure):
                 raise
             now = time.monotonic()
             deadline = now + policy.bound_s if deadline is None else deadline
             if now >= deadline:
-                raise BrokerError(
-                    f"{what}: Kafka still failing after {policy.bound_s:g}s of retries ({describe(error)})",
+                raise error(
+                    f"{what}: {service} still failing after {policy.bound_s:g}s of retries ({describe(failure)})",
                     policy.advice,
-                ) from error
+                ) from failure
             delay = policy.delay(attempt, deadline - now)
-            log.warning("%s: %s; retrying in %.1fs (for %.0fs more)", what, describe(error), delay, deadline - now)
+            log.warning("%s: %s; retrying in %.1fs (for %.0fs more)", what, describe(failure), delay, deadline - now)
             sleep(delay)
             attempt += 1

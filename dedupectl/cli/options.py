@@ -53,7 +53,24 @@ DuplicatesTopicOption = typer.Option(
     " (default: off).",
 )
 ValueFormatOption = typer.Option(
-    None, "--value-format", help="json (values must be JSON objects) or raw, as the worker runs."
+    None,
+    "--value-format",
+    help="json (values must be JSON objects), raw, or avro / protobuf (Confluent wire format, with"
+    " --schema-registry or --schema-file), as the worker runs.",
+)
+SchemaRegistryOption = typer.Option(
+    None, "--schema-registry", help="Schema Registry URL for avro/protobuf values' writer schemas."
+)
+SchemaRegistrySettingOption = typer.Option(
+    None,
+    "--schema-registry-setting",
+    help="A setting of the schema registry client, as key=value (repeatable), e.g. basic.auth.user.info=USER:KEY.",
+)
+SchemaFileOption = typer.Option(
+    None,
+    "--schema-file",
+    help="A writer schema as ID=PATH (repeatable): an .avsc for avro, a FileDescriptorSet"
+    " (protoc --include_imports --descriptor_set_out) for protobuf.",
 )
 IdFieldOption = typer.Option(
     None,
@@ -162,12 +179,43 @@ def given_once(value: Any, old: Any, flag: str, old_flag: str) -> Any:
 
 def parse_kafka_settings(pairs: list[str] | None) -> dict[str, str] | None:
     """``-X key=value`` pairs as librdkafka settings; None when none were given."""
+    return _key_values(pairs, "-X", "security.protocol=SASL_SSL")
+
+
+def parse_registry_settings(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--schema-registry-setting key=value`` pairs as the registry client's settings; None when none were given."""
+    return _key_values(pairs, "--schema-registry-setting", "basic.auth.user.info=USER:KEY")
+
+
+def parse_schema_files(pairs: list[str] | None) -> dict[int, str] | None:
+    """``--schema-file ID=PATH`` pairs as schema id to path; None when none were given."""
+    files = _key_values(pairs, "--schema-file", "7=event.avsc")
+    if files is None:
+        return None
+    for key in files:
+        if not key.isdigit():
+            raise ConfigError(f"--schema-file {key}=… does not start with a schema id", "write it as 7=event.avsc")
+    return {int(key): path for key, path in files.items()}
+
+
+def schema_flags(
+    registry: str | None, registry_settings: list[str] | None, schema_files: list[str] | None
+) -> dict[str, Any]:
+    """The schema options as config fields (dedupectl.config)."""
+    return {
+        "schema_registry_url": registry,
+        "schema_registry_settings": parse_registry_settings(registry_settings),
+        "schema_files": parse_schema_files(schema_files),
+    }
+
+
+def _key_values(pairs: list[str] | None, flag: str, example: str) -> dict[str, str] | None:
     if not pairs:
         return None
     settings = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"-X {pair!r} is not key=value", "write it as -X security.protocol=SASL_SSL")
+            raise ConfigError(f"{flag} {pair!r} is not key=value", f"write it as {flag} {example}")
         settings[key.strip()] = value
     return settings

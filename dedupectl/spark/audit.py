@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError
+from dedupectl.schemas import SchemaSource
 from dedupectl.spark.extract import dead_letter_reason, input_id, output_id, refuse_header_ids_in_files
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
@@ -85,6 +86,7 @@ class AuditRequest:
     value_format: str = "json"
     id_field: str = "messageId"
     id_header: str | None = None  # the id is this header's value (input from Kafka only, read with headers)
+    schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf
     sample_size: int = 5
 
 
@@ -256,7 +258,8 @@ def _input_frame(spark: SparkSession, request: AuditRequest, ranges: list[Partit
     else:
         records = select_file_range(file_records(spark, source), request.partitions, request.start, request.stop)
     headers = F.col("headers") if request.id_header is not None else None
-    ident = input_id(F.col("key"), F.col("value"), request.value_format, request.id_field, headers, request.id_header)
+    rules = (request.value_format, request.id_field, headers, request.id_header, request.schemas)
+    ident = input_id(F.col("key"), F.col("value"), *rules)
     with_id = records.withColumn("id", ident)
     # key and value are kept only for dead letters (their reason is computed later, for those rows alone)
     dead = F.col("id").isNull()
@@ -287,9 +290,8 @@ def _input_stats(inp: DataFrame) -> dict[int | None, dict[str, int]]:
 
 def _dead_letter_reasons(inp: DataFrame, request: AuditRequest) -> dict[str, int]:
     headers = None if request.id_header is None else F.col("dead_headers")
-    reason = dead_letter_reason(
-        F.col("dead_key"), F.col("dead_value"), request.value_format, request.id_field, headers, request.id_header
-    )
+    rules = (request.value_format, request.id_field, headers, request.id_header, request.schemas)
+    reason = dead_letter_reason(F.col("dead_key"), F.col("dead_value"), *rules)
     rows = inp.where(F.col("id").isNull()).select(reason.alias("reason")).groupBy("reason").count().collect()
     return {row["reason"] or "unknown": row["count"] for row in rows}
 
@@ -362,7 +364,10 @@ def _output_frame(
     # archived output without keys (bare events): the id is read from the value as for input
     ident = output_id(F.col("key"))
     if isinstance(source, FileSource) and request.id_header is None:
-        ident = F.coalesce(ident, input_id(F.col("key"), F.col("value"), request.value_format, request.id_field))
+        ident = F.coalesce(
+            ident,
+            input_id(F.col("key"), F.col("value"), request.value_format, request.id_field, schemas=request.schemas),
+        )
     in_range = _in_range(spans) if spans else F.lit(True)
     frame = records.select("partition", "offset", "timestamp_ms", ident.alias("id"), in_range.alias("in_range"))
     return frame, ranges_by_partition

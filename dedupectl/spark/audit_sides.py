@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dedupectl.config import KafkaConfig, resolve_worker_config
+from dedupectl.config import DEFAULT_BROKER_RETRY_FOR, KafkaConfig, resolve_worker_config
 from dedupectl.errors import ConfigError
 from dedupectl.messages import id_field_problem
+from dedupectl.schemas import SchemaSource, schema_source
 from dedupectl.spark.sources import FILE_FORMATS, FileSource, Source, TopicSource
 
 # The worker's configuration names both topics. A side read from files has none: it gets a name no topic can
@@ -30,6 +31,7 @@ class AuditSides:
     value_format: str
     id_field: str
     id_header: str | None = None
+    schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf
 
 
 def audit_sides(
@@ -56,6 +58,13 @@ def audit_sides(
             value_format=flags.get("value_format") or "json",
             id_field=flags.get("id_field") or "messageId",
             id_header=flags.get("id_header"),
+            schemas=schema_source(
+                flags.get("value_format") or "json",
+                flags.get("schema_files"),
+                flags.get("schema_registry_url"),
+                flags.get("schema_registry_settings"),
+                DEFAULT_BROKER_RETRY_FOR,
+            ),
         )
     read_from_files = {"input_topic": input_files, "output_topic": output_files}
     no_topics = {name: _NO_TOPIC[name] for name, files in read_from_files.items() if files}
@@ -67,4 +76,5 @@ def audit_sides(
         value_format=worker.value_format,
         id_field=worker.id_field,
         id_header=worker.id_header,
+        schemas=worker.schemas,
     )

@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 
 from dedupectl.config import VALUE_FORMATS, KafkaConfig
 from dedupectl.errors import ConfigError, StoreNotFoundError
+from dedupectl.schemas import SchemaSource
 from dedupectl.spark.extract import input_id, output_id
 from dedupectl.spark.progress import ProgressSink, tracking
 from dedupectl.spark.runner import JobRun, run_job
@@ -71,6 +72,7 @@ class ReplayRequest:
     value_format: str = "json"
     id_field: str = "messageId"
     id_header: str | None = None  # the id is this header's value
+    schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf
     dry_run: bool = False
     data_dir: Path | None = None  # check the partitions' stores for ids the worker would drop
     group_id: str | None = None  # the worker's group: ids past its committed offsets are not yet consumed
@@ -219,7 +221,13 @@ def _input_ids(
     """The input range's records (with headers, to replay them whole) and each one's id by the worker's rules."""
     records = kafka_records(spark, options, request.input_topic, ranges, headers=True)
     ident = input_id(
-        F.col("key"), F.col("value"), request.value_format, request.id_field, F.col("headers"), request.id_header
+        F.col("key"),
+        F.col("value"),
+        request.value_format,
+        request.id_field,
+        F.col("headers"),
+        request.id_header,
+        request.schemas,
     )
     return records.withColumn("id", ident)
 

@@ -138,6 +138,7 @@ class Pipeline:
             value_format=self.config.value_format,
             id_field=self.config.id_field,
             id_header=self.config.id_header,
+            schemas=self.config.schemas,
             seen=seen,
             routing=routing,
             misrouted_dead=self.config.misrouted == "dead-letter",

@@ -19,6 +19,7 @@ from operator import itemgetter, not_, or_
 from typing import Protocol
 
 from dedupectl.messages import DeadLetter, DeadLetterReason, Headers, extract_ids
+from dedupectl.schemas import SchemaSource
 from dedupectl.worker.routing import NOTHING_MISROUTED, Routing
 from store import clock
 from store.codec import encode_ids
@@ -83,6 +84,7 @@ def plan(
     value_format: str,
     id_field: str,
     id_header: str | None = None,
+    schemas: SchemaSource | None = None,
     seen: Collection[bytes] | None = None,
     now_ms: Callable[[], int] = clock.now_ms,
     routing: Routing = NOTHING_MISROUTED,
@@ -90,8 +92,9 @@ def plan(
     count_unkeyed: bool = False,
 ) -> Plan:
     """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing);
-    ``routing``: the records of another partition; ``misrouted_dead``: they go to the dead-letter topic."""
-    ids, dead = extract_ids(records.keys, records.values, value_format, id_field, records.headers, id_header)
+    ``routing``: the records of another partition; ``misrouted_dead``: they go to the dead-letter topic;
+    ``schemas``: writer schemas, for value_format avro and protobuf."""
+    ids, dead = extract_ids(records.keys, records.values, value_format, id_field, records.headers, id_header, schemas)
     if routing.positions and misrouted_dead:
         dead = _dead_letter_misrouted(partition, ids, dead, routing)
     unkeyed = _unkeyed(records.keys, ids) if count_unkeyed else 0

@@ -25,10 +25,14 @@ from dedupectl.cli.options import (
     MaxBytesOption,
     MaxKeysOption,
     OutputTopicOption,
+    SchemaFileOption,
+    SchemaRegistryOption,
+    SchemaRegistrySettingOption,
     ValueFormatOption,
     WorkerLogLevelOption,
     given_once,
     parse_kafka_settings,
+    schema_flags,
 )
 from dedupectl.cli.output import print_json, print_table
 from dedupectl.config import resolve_worker_config
@@ -58,6 +62,9 @@ def run(
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     id_header: str | None = IdHeaderOption,
+    schema_registry: str | None = SchemaRegistryOption,
+    schema_registry_setting: list[str] | None = SchemaRegistrySettingOption,
+    schema_file: list[str] | None = SchemaFileOption,
     partitioner: str | None = typer.Option(
         None,
         "--partitioner",
@@ -145,6 +152,7 @@ def run(
             "value_format": value_format,
             "id_field": id_field,
             "id_header": id_header,
+            **schema_flags(schema_registry, schema_registry_setting, schema_file),
             "partitioner": partitioner,
             "misrouted": misrouted,
             "metrics_port": metrics_port,

@@ -26,9 +26,13 @@ from dedupectl.cli.options import (
     LogLevelOption,
     OutputTopicOption,
     PartitionsOption,
+    SchemaFileOption,
+    SchemaRegistryOption,
+    SchemaRegistrySettingOption,
     ValueFormatOption,
     given_once,
     parse_kafka_settings,
+    schema_flags,
 )
 from dedupectl.cli.output import console, err_console, print_error, print_json, print_table
 from dedupectl.cli.progress import JobSteps, ProgressDisplay
@@ -141,6 +145,9 @@ def audit(
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     id_header: str | None = IdHeaderOption,
+    schema_registry: str | None = SchemaRegistryOption,
+    schema_registry_setting: list[str] | None = SchemaRegistrySettingOption,
+    schema_file: list[str] | None = SchemaFileOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -173,6 +180,7 @@ def audit(
         "value_format": value_format,
         "id_field": id_field,
         "id_header": id_header,
+        **schema_flags(schema_registry, schema_registry_setting, schema_file),
         "kafka": parse_kafka_settings(kafka_setting),
     }
     files = {"input_files": input_files, "output_files": output_files, "files_format": files_format}
@@ -191,6 +199,7 @@ def audit(
         value_format=sides.value_format,
         id_field=sides.id_field,
         id_header=sides.id_header,
+        schemas=sides.schemas,
         sample_size=samples,
     )
     report = _run_and_show(run, request, settings, json_output, _audit_json, _render_audit)
@@ -280,6 +289,9 @@ def replay(
     value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     id_header: str | None = IdHeaderOption,
+    schema_registry: str | None = SchemaRegistryOption,
+    schema_registry_setting: list[str] | None = SchemaRegistrySettingOption,
+    schema_file: list[str] | None = SchemaFileOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
     master: str = MasterOption,
@@ -316,6 +328,7 @@ def replay(
             "value_format": value_format,
             "id_field": id_field,
             "id_header": id_header,
+            **schema_flags(schema_registry, schema_registry_setting, schema_file),
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -330,6 +343,7 @@ def replay(
         value_format=worker.value_format,
         id_field=worker.id_field,
         id_header=worker.id_header,
+        schemas=worker.schemas,
         dry_run=dry_run,
         data_dir=data_dir,
         group_id=worker.group_id,

@@ -23,8 +23,13 @@ from dedupectl.cli.options import (
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
+    SchemaFileOption,
+    SchemaRegistryOption,
+    SchemaRegistrySettingOption,
+    ValueFormatOption,
     given_once,
     parse_kafka_settings,
+    schema_flags,
 )
 from dedupectl.cli.output import console, print_json, print_table
 from dedupectl.config import resolve_worker_config
@@ -57,8 +62,12 @@ def trace(
     output_topic: str | None = OutputTopicOption,
     dead_letter_topic: str | None = DeadLetterTopicOption,
     data_dir: Path | None = ConfigDataDirOption,
+    value_format: str | None = ValueFormatOption,
     id_field: str | None = IdFieldOption,
     id_header: str | None = IdHeaderOption,
+    schema_registry: str | None = SchemaRegistryOption,
+    schema_registry_setting: list[str] | None = SchemaRegistrySettingOption,
+    schema_file: list[str] | None = SchemaFileOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     log_level: str = LogLevelOption,
     json_output: bool = JsonOption,
@@ -80,8 +89,10 @@ def trace(
             "dead_letter_topic": dead_letter_topic,
             "group_id": group_id,
             "data_dir": data_dir,
+            "value_format": value_format,
             "id_field": id_field,
             "id_header": id_header,
+            **schema_flags(schema_registry, schema_registry_setting, schema_file),
             "kafka": parse_kafka_settings(kafka_setting),
         },
     )
@@ -102,6 +113,7 @@ def trace(
         value_format=worker.value_format,
         id_field=worker.id_field,
         id_header=worker.id_header,
+        schemas=worker.schemas,
     )
     report = trace_message(request)
     if json_output:

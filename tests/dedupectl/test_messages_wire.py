@@ -1,0 +1,149 @@
+"""Ids in Avro and Protobuf values (Confluent wire format), with writer schemas from files: the same order as
+for JSON (header, else key, else the field), every value decoded whatever holds the id, and a reason for each
+kind of unusable record."""
+
+from __future__ import annotations
+
+import pytest
+from wire_values import avro_event, avro_value, proto_value, write_avsc, write_descriptor_set
+
+from dedupectl.errors import ConfigError
+from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id, extract_ids
+from dedupectl.schemas import decoder_for, schema_source
+
+
+@pytest.fixture
+def avro(tmp_path):
+    return schema_source("avro", {7: str(write_avsc(tmp_path))}, None, None, 1.0)
+
+
+@pytest.fixture
+def protobuf(tmp_path):
+    return schema_source("protobuf", {3: str(write_descriptor_set(tmp_path))}, None, None, 1.0)
+
+
+def reason_of(value, source, id_field="messageId", key=None, **kwargs):
+    with pytest.raises(DeadLetter) as caught:
+        extract_id(key, value, source.value_format, id_field, schemas=source, **kwargs)
+    return caught.value.reason
+
+
+def test_avro_ids_from_the_field_a_pointer_or_bytes(avro):
+    assert extract_id(None, avro_value(7, avro_event("m1")), "avro", "messageId", schemas=avro) == b"m1"
+    nested = avro_value(7, avro_event(None, context_id="c1"))
+    assert extract_id(None, nested, "avro", "/context/messageId", schemas=avro) == b"c1"
+    raw = avro_value(7, avro_event(None, rawId=b"\x00\x01"))
+    assert extract_id(None, raw, "avro", "rawId", schemas=avro) == b"\x00\x01"
+
+
+def test_protobuf_ids_by_field_name_json_name_or_pointer(protobuf):
+    value = proto_value(3, message_id="p1", context_id="c2")
+    assert extract_id(None, value, "protobuf", "message_id", schemas=protobuf) == b"p1"
+    assert extract_id(None, value, "protobuf", "messageId", schemas=protobuf) == b"p1"
+    assert extract_id(None, value, "protobuf", "/context/messageId", schemas=protobuf) == b"c2"
+
+
+def test_header_then_key_then_field(avro):
+    value = avro_value(7, avro_event("field"))
+    assert extract_id(b"key", value, "avro", "messageId", schemas=avro) == b"key"
+    headers = [("ce_id", b"header")]
+    assert extract_id(b"key", value, "avro", "messageId", headers, "ce_id", schemas=avro) == b"header"
+
+
+@pytest.mark.parametrize(
+    ("value", "id_field", "reason"),
+    [
+        (b"{not avro", "messageId", DeadLetterReason.UNDECODABLE),
+        (None, "messageId", DeadLetterReason.UNDECODABLE),
+        (b"\x00\x00\x00", "messageId", DeadLetterReason.UNDECODABLE),
+        (avro_value(7, avro_event("m"))[:-3], "messageId", DeadLetterReason.UNDECODABLE),
+        (avro_value(7, avro_event("m")) + b"\x00", "messageId", DeadLetterReason.UNDECODABLE),
+        (avro_value(99, avro_event("m")), "messageId", DeadLetterReason.UNKNOWN_SCHEMA),
+        (avro_value(7, avro_event(None)), "messageId", DeadLetterReason.MISSING_ID),
+        (avro_value(7, avro_event("m")), "/nope/messageId", DeadLetterReason.MISSING_ID),
+        (avro_value(7, avro_event("  ")), "messageId", DeadLetterReason.EMPTY_ID),
+        (avro_value(7, avro_event("m", count=3)), "count", DeadLetterReason.INVALID_ID),
+        (avro_value(7, avro_event("m")), "context", DeadLetterReason.INVALID_ID),
+        (avro_value(7, avro_event("x" * 300)), "messageId", DeadLetterReason.ID_TOO_LONG),
+    ],
+)
+def test_unusable_avro_records_name_their_reason(avro, value, id_field, reason):
+    assert reason_of(value, avro, id_field) == reason
+
+
+@pytest.mark.parametrize(
+    ("value", "id_field", "reason"),
+    [
+        (proto_value(3, message_id="p") + b"\xff", "message_id", DeadLetterReason.UNDECODABLE),
+        (proto_value(3, message_id="p")[:5] + b"\x06\x02", "message_id", DeadLetterReason.UNDECODABLE),
+        (proto_value(4, message_id="p"), "message_id", DeadLetterReason.UNKNOWN_SCHEMA),
+        (proto_value(3, message_id="p"), "/context/messageId", DeadLetterReason.MISSING_ID),
+        (proto_value(3, message_id="p"), "nope", DeadLetterReason.MISSING_ID),
+        (proto_value(3, event="e"), "message_id", DeadLetterReason.EMPTY_ID),  # proto3: unset is ""
+        (proto_value(3, count=4), "count", DeadLetterReason.INVALID_ID),
+    ],
+)
+def test_unusable_protobuf_records_name_their_reason(protobuf, value, id_field, reason):
+    assert reason_of(value, protobuf, id_field) == reason
+
+
+def test_an_undecodable_value_is_dead_even_with_a_key_or_header(avro):
+    assert reason_of(b"junk", avro, key=b"k") == DeadLetterReason.UNDECODABLE
+    header = reason_of(b"junk", avro, key=b"k", headers=[("ce_id", b"h")], id_header="ce_id")
+    assert header == DeadLetterReason.UNDECODABLE
+
+
+def test_a_batch_gives_the_same_answers_as_one_record_at_a_time(avro):
+    values = [
+        avro_value(7, avro_event("a")),
+        b"junk",
+        avro_value(7, avro_event(None)),
+        avro_value(8, avro_event("b")),
+        avro_value(7, avro_event("a")),
+    ]
+    keys = [None, b"k", None, None, b"key"]
+    ids, dead = extract_ids(keys, values, "avro", "messageId", schemas=avro)
+    assert ids == [b"a", None, None, None, b"key"]
+    assert [(index, letter.reason) for index, letter in dead] == [
+        (1, DeadLetterReason.UNDECODABLE),
+        (2, DeadLetterReason.MISSING_ID),
+        (3, DeadLetterReason.UNKNOWN_SCHEMA),
+    ]
+
+
+def test_schema_files_are_parsed_once_per_process(avro):
+    assert decoder_for(avro) is decoder_for(avro)
+
+
+@pytest.mark.parametrize(
+    ("value_format", "content", "message"),
+    [
+        ("avro", b"{not json", "is not an Avro schema"),
+        ("avro", b'{"type": "no-such-type"}', "is not an Avro schema"),
+        ("protobuf", b"\xff\xff not a set", "is not a Protobuf FileDescriptorSet"),
+        ("protobuf", b"", "is not a Protobuf FileDescriptorSet"),
+    ],
+)
+def test_a_schema_file_that_does_not_parse_is_refused(tmp_path, value_format, content, message):
+    path = tmp_path / "schema"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message):
+        schema_source(value_format, {1: str(path)}, None, None, 1.0)
+
+
+def test_a_descriptor_set_without_a_message_is_refused(tmp_path):
+    from google.protobuf import descriptor_pb2
+
+    path = tmp_path / "empty.desc"
+    empty = descriptor_pb2.FileDescriptorProto(name="empty.proto", syntax="proto3")
+    path.write_bytes(descriptor_pb2.FileDescriptorSet(file=[empty]).SerializeToString())
+    with pytest.raises(ConfigError, match="declares no message"):
+        schema_source("protobuf", {1: str(path)}, None, None, 1.0)
+
+
+def test_schema_formats_need_a_schema_source_and_others_refuse_one(tmp_path):
+    with pytest.raises(ConfigError, match="needs writer schemas"):
+        schema_source("avro", {}, None, None, 1.0)
+    with pytest.raises(ConfigError, match="value_format is 'json'"):
+        schema_source("json", {1: str(write_avsc(tmp_path))}, None, None, 1.0)
+    assert schema_source("json", None, None, None, 1.0) is None
