@@ -33,14 +33,21 @@ EARLIER_BATCH = "earlier-batch"
 SAME_BATCH = "same-batch"
 
 
-class HeldOriginals(Protocol):
-    """What the copies ask of a store (``DedupStore`` is one) about the ids it holds."""
-
-    def live_seqs(self, keys: list[bytes]) -> list[int | None]: ...
+class RecordedBatches(Protocol):
+    """What the copies ask of a store's ledger (``store.ledger.Ledger`` is one) about its numbers."""
 
     def output_offsets(self, seqs: Sequence[int]) -> list[int | None]: ...
 
     def timestamps(self, seqs: Sequence[int]) -> list[int]: ...
+
+
+class HeldOriginals(Protocol):
+    """What the copies ask of a store (``DedupStore`` is one) about the ids it holds."""
+
+    @property
+    def ledger(self) -> RecordedBatches: ...
+
+    def live_seqs(self, keys: list[bytes]) -> list[int | None]: ...
 
 
 @dataclass(frozen=True)

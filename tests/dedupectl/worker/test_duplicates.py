@@ -74,6 +74,10 @@ def test_an_original_aged_out_is_named_without_offset_or_age(tmp_path):
         def contains_keys(self, keys):
             return [True] * len(keys)
 
+        @property
+        def ledger(self):
+            return self  # what it recorded of each batch: nothing either
+
         def output_offsets(self, seqs):
             return []
 
