@@ -142,6 +142,7 @@ class Pipeline:
             routing=routing,
             misrouted_dead=self.config.misrouted == "dead-letter",
             count_unkeyed=check,
+            misrouted_forward=self.config.misrouted == "forward",
         )
         if routing.positions or decided.unkeyed:
             self._routing_log.note(owned.number, routing, records.keys, records.offsets, decided.unkeyed)
