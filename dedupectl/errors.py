@@ -46,6 +46,7 @@ __all__ = [
     "PermissionDeniedError",
     "RangeError",
     "ReattachError",
+    "RepartitionError",
     "SnapshotCorruptError",
     "SnapshotError",
     "SnapshotNotFoundError",
@@ -65,3 +66,8 @@ class LocalBrokerError(DedupeError):
 
 class SparkError(DedupeError):
     """A Spark job could not start (Java, the Kafka connector jars, the master) or failed."""
+
+
+class RepartitionError(DedupeError):
+    """A repartition step cannot go on as asked (counts, partitioner, disk, stores, running workers): nothing
+    was changed."""
