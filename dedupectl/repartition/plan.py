@@ -101,7 +101,7 @@ def refuse_counts(input_topic: str, output_topic: str, old: int, outputs: int, n
         )
     if new <= old:
         raise RepartitionError(
-            f"--to {new} does not grow {input_topic!r} (it has {old} partitions)",
+            f"--partition-count {new} does not grow {input_topic!r} (it has {old} partitions)",
             "Kafka cannot remove partitions: give a count above the current one",
         )
 

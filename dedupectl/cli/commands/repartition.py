@@ -26,13 +26,11 @@ from dedupectl.cli.options import (
     ConfigDataDirOption,
     ConfigOption,
     GroupIdOption,
-    InputTopicAliasOption,
     InputTopicOption,
     JsonOption,
     KafkaSettingOption,
     LogLevelOption,
     OutputTopicOption,
-    given_once,
     parse_kafka_settings,
 )
 from dedupectl.cli.output import console, print_json, print_table
@@ -43,7 +41,9 @@ repartition_app = Typer(
     no_args_is_help=True,
 )
 
-ToOption = typer.Option(..., "--to", help="The new partition count (above the current one).")
+PartitionCountOption = typer.Option(
+    ..., "--partition-count", help="The new partition count of both topics (above the current one)."
+)
 PartitionerOption = typer.Option(
     "auto",
     "--partitioner",
@@ -51,12 +51,12 @@ PartitionerOption = typer.Option(
 )
 
 
-def _worker(config, bootstrap_servers, topic, input_topic, output_topic, data_dir, kafka_setting, **more):
+def _worker(config, bootstrap_servers, topic, output_topic, data_dir, kafka_setting, **more):
     return _worker_config(
         config,
         {
             "bootstrap_servers": bootstrap_servers,
-            "input_topic": given_once(topic, input_topic, "--topic", "--input-topic"),
+            "input_topic": topic,
             "output_topic": output_topic,
             "data_dir": data_dir,
             "kafka": parse_kafka_settings(kafka_setting),
@@ -67,7 +67,7 @@ def _worker(config, bootstrap_servers, topic, input_topic, output_topic, data_di
 
 @repartition_app.command("plan", cls=JsonErrorsCommand)
 def plan(
-    to: int = ToOption,
+    partition_count: int = PartitionCountOption,
     partitioner: str = PartitionerOption,
     rate: float | None = typer.Option(
         None, "--rate", help="The build's rate in ids per second, as measured on your Spark (for its duration)."
@@ -76,23 +76,28 @@ def plan(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     topic: str | None = InputTopicOption,
-    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     log_level: str = LogLevelOption,
     json_output: bool = JsonOption,
 ) -> None:
-    """Show what a change to --to partitions takes (read-only): counts, partitioner, stores, disk, time.
+    """Show what a change to --partition-count partitions takes (read-only): counts, partitioner, stores, disk, time.
 
-    Example: dedupectl repartition plan -c /etc/dedupectl/dedupectl.toml --to 8
+    Example: dedupectl repartition plan -c /etc/dedupectl/dedupectl.toml --partition-count 8
     """
     from dedupectl.repartition.plan import PlanRequest, make_plan
 
     setup_logging(log_level)
     with json_errors(json_output):
-        worker = _worker(config, bootstrap_servers, topic, input_topic, output_topic, data_dir, kafka_setting)
+        worker = _worker(config, bootstrap_servers, topic, output_topic, data_dir, kafka_setting)
         request = PlanRequest(
-            worker.kafka, worker.input_topic, worker.output_topic, Path(worker.data_dir), to, partitioner, rate
+            worker.kafka,
+            worker.input_topic,
+            worker.output_topic,
+            Path(worker.data_dir),
+            partition_count,
+            partitioner,
+            rate,
         )
         result = make_plan(request)
     if json_output:
@@ -119,7 +124,7 @@ def plan(
 
 @repartition_app.command("build")
 def build(
-    to: int = ToOption,
+    partition_count: int = PartitionCountOption,
     partitioner: str = PartitionerOption,
     replace: bool = typer.Option(False, "--replace", help="Delete a build already staged and build again."),
     max_keys: int | None = typer.Option(
@@ -129,7 +134,6 @@ def build(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     topic: str | None = InputTopicOption,
-    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     spark_kafka_option: list[str] | None = SparkKafkaOption,
@@ -141,7 +145,7 @@ def build(
 ) -> None:
     """Build every new partition's store from the output in bulk, beside the old ones (workers keep running).
 
-    Example: dedupectl repartition build -c /etc/dedupectl/dedupectl.toml --to 8
+    Example: dedupectl repartition build -c /etc/dedupectl/dedupectl.toml --partition-count 8
     """
     from dedupectl.spark.repartition import BuildRequest
     from dedupectl.spark.repartition import build as run
@@ -151,15 +155,13 @@ def build(
     if print_submit:
         _print_submit(settings, "repartition build")
         return
-    worker = _worker(
-        config, bootstrap_servers, topic, input_topic, output_topic, data_dir, kafka_setting, max_keys=max_keys
-    )
+    worker = _worker(config, bootstrap_servers, topic, output_topic, data_dir, kafka_setting, max_keys=max_keys)
     request = BuildRequest(
         kafka=worker.kafka,
         input_topic=worker.input_topic,
         output_topic=worker.output_topic,
         data_dir=Path(worker.data_dir),
-        new_count=to,
+        new_count=partition_count,
         partitioner=partitioner,
         kafka_java_settings=_java_settings(spark_kafka_option),
         replace=replace,
@@ -190,7 +192,6 @@ def cutover(
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     topic: str | None = InputTopicOption,
-    input_topic: str | None = InputTopicAliasOption,
     output_topic: str | None = OutputTopicOption,
     kafka_setting: list[str] | None = KafkaSettingOption,
     group_id: str | None = GroupIdOption,
@@ -207,9 +208,7 @@ def cutover(
 
     setup_logging(log_level)
     with json_errors(json_output):
-        worker = _worker(
-            config, bootstrap_servers, topic, input_topic, output_topic, data_dir, kafka_setting, group_id=group_id
-        )
+        worker = _worker(config, bootstrap_servers, topic, output_topic, data_dir, kafka_setting, group_id=group_id)
         request = CutoverRequest(
             worker.kafka,
             worker.input_topic,
