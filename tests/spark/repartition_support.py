@@ -5,7 +5,10 @@ layout in threads."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -154,3 +157,27 @@ def wait_until_output_has(pipeline: Pipeline, ids: set[bytes], timeout_s: float 
 
 def data_dir_entries(path: Path) -> list[str]:
     return sorted(child.name for child in path.iterdir())
+
+
+def spawn_worker(pipeline: Pipeline, log: Path, *extra: str, crashpoint: str | None = None) -> subprocess.Popen:
+    """``dedupectl run`` as a real process (so it can be SIGKILLed), its output in ``log``; ``crashpoint``:
+    where it SIGKILLs itself (``dedupectl.worker.crashpoint``)."""
+    args = [
+        sys.executable, "-m", "dedupectl.cli.app",
+        *pipeline.cli_args("run", "--group-id", pipeline.group_id, "-d", str(pipeline.data_dir)),
+        "--worker-id", "w1", "--partitioner", "crc32", "--log-level", "info", *extra,
+    ]  # fmt: skip
+    env = {**os.environ, "DEDUPECTL_SESSION_TIMEOUT_MS": "6000", "DEDUPECTL_TRANSACTION_TIMEOUT_MS": "10000"}
+    if crashpoint:
+        env["DEDUPECTL_CRASHPOINT"] = crashpoint
+    with open(log, "a") as handle:
+        return subprocess.Popen(args, env=env, stdout=handle, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_until_recovered(log: Path, worker: subprocess.Popen, partitions: int, timeout_s: float = 120) -> None:
+    """Until the worker's log says every one of its ``partitions`` partitions recovered."""
+    deadline = time.monotonic() + timeout_s
+    while log.read_text().count(" recovered") < partitions:
+        assert worker.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
