@@ -67,7 +67,7 @@ def test_four_to_eight_partitions_while_producing_exactly_once(make_pipeline, sp
     producer.stop()
 
     expected = {message_id.encode() for message_id in producer.sent}
-    output = wait_until_output_has(pipeline, expected)
+    wait_until_output_has(pipeline, expected)
     summary = new_layout.stop()
     assert summary.misrouted > 0  # records of the old count in the old partitions were forwarded
     output = pipeline.output_counts()
