@@ -35,7 +35,7 @@ from dedupectl.config import KafkaConfig
 from dedupectl.errors import RepartitionError
 from dedupectl.kafka_clients import grow_partitions
 from dedupectl.partitioner import partitions_of
-from dedupectl.repartition.manifest import BUILT, CUTTING_OVER, Manifest, staging_dir
+from dedupectl.repartition.manifest import CUTTING_OVER, Manifest, staging_dir
 from reconcile.kafka import admin_client, partition_counts
 from reconcile.scan import OutputReader
 from store.dedup_store import DedupStore
@@ -263,6 +263,3 @@ def _kept_record(data_dir: Path, input_topic: str) -> Path:
     """Where the finished cutover's manifest is kept (the staged stores are gone by then)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     return Path(data_dir) / f".{input_topic}.repartitioned-{stamp}"
-
-
-__all__ = ["BUILT", "CutoverReport", "CutoverRequest", "cutover"]
