@@ -102,7 +102,7 @@ KAFKA_KEYS_OWNED = frozenset(
 VALUE_FORMATS = ("json", "raw", "avro", "protobuf")
 # the names of dedupectl.partitioner.PARTITIONERS, spelt out: resolving a config must not load numpy
 PARTITIONER_CHOICES = ("auto", "murmur2", "crc32", "any")
-MISROUTED_ACTIONS = ("publish", "dead-letter")
+MISROUTED_ACTIONS = ("publish", "dead-letter", "forward")
 
 
 DEFAULT_MEMTABLE_BUDGET = 64 * 1024 * 1024
@@ -133,7 +133,8 @@ class WorkerConfig:
     schemas: SchemaSource | None = None  # writer schemas, for value_format avro and protobuf (dedupectl.schemas)
     # what each keyed record's partition is checked against (dedupectl.worker.routing); any: not checked
     partitioner: str = "auto"
-    misrouted: str = "publish"  # a record in the wrong partition: published as usual, or a dead letter
+    # a record in the wrong partition: published as usual, a dead letter, or sent on to its partition's worker
+    misrouted: str = "publish"
     duplicates_topic: str | None = None  # every dropped copy goes there, in its batch's transaction (None: off)
     # decide as a worker would, against a store and group of its own, and publish nothing (dedupectl.worker)
     observe: bool = False

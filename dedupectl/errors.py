@@ -46,6 +46,7 @@ __all__ = [
     "PermissionDeniedError",
     "RangeError",
     "ReattachError",
+    "RepartitionError",
     "SchemaRegistryUnavailableError",
     "SnapshotCorruptError",
     "SnapshotError",
@@ -71,3 +72,8 @@ class SparkError(DedupeError):
 class SchemaRegistryUnavailableError(DedupeError):
     """The schema registry did not answer (refused, timed out, a server error) for as long as faults are ridden
     out: the dependency, not the records, needs the operator; no record was dead-lettered for it."""
+
+
+class RepartitionError(DedupeError):
+    """A repartition step cannot go on as asked (counts, partitioner, disk, stores, running workers): nothing
+    was changed."""

@@ -4,12 +4,13 @@ way out, topic creation. Connecting, reachability and partition counts live in `
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 from reconcile.errors import TopicError
 from reconcile.kafka import KafkaConfig, admin_client, cluster_metadata, librdkafka_log
@@ -76,3 +77,29 @@ def create_topics(
                     raise TopicError(f"cannot create topic {topic!r}: {kafka_error.str()}") from error
             results.append(TopicResult(topic, partitions, created=True))
     return sorted(results, key=lambda result: topics.index(result.topic))
+
+
+def grow_partitions(kafka: KafkaConfig, topic: str, count: int) -> bool:
+    """Give ``topic`` ``count`` partitions if it has fewer, and wait until the cluster's metadata shows them;
+    whether partitions were added (a topic that already has ``count`` is left as it is)."""
+    admin = admin_client(kafka)
+    current = len(cluster_metadata(kafka, admin).topics[topic].partitions)
+    if current >= count:
+        return False
+    futures = admin.create_partitions(
+        [NewPartitions(topic, count)], operation_timeout=kafka.timeout_s, request_timeout=kafka.timeout_s
+    )
+    try:
+        futures[topic].result()
+    except KafkaException as error:
+        kafka_error: KafkaError = error.args[0]
+        raise TopicError(
+            f"cannot give topic {topic!r} {count} partitions: {kafka_error.str()}",
+            "check the principal may Alter the topic, then run the command again",
+        ) from error
+    deadline = time.monotonic() + kafka.timeout_s
+    while len(cluster_metadata(kafka, admin).topics[topic].partitions) < count:
+        if time.monotonic() > deadline:
+            raise TopicError(f"topic {topic!r} does not show {count} partitions yet", "run the command again")
+        time.sleep(0.2)
+    return True

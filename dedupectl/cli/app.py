@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "dedupectl.cli.commands.store",
     "dedupectl.cli.commands.gaps",
     "dedupectl.cli.commands.spark",
+    "dedupectl.cli.commands.repartition",
     "dedupectl.cli.commands.dev",
 )
 

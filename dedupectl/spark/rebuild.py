@@ -147,11 +147,12 @@ def run_rebuild(
                 kafka_records(spark, options, request.output_topic, [plan.output_range]), plan.output_range
             )
             ordering_done = time.monotonic()
-            buckets, handing_over_done = _sst_files(spark, request, ordered, staging, step)
-            sst_bytes = sum(path.stat().st_size for b in buckets for path in (b.ids_path, b.times_path) if path)
-            writing_done = time.monotonic()
-            step("rebuild: ingesting the SST files into a fresh store")
-            state, replaced = _ingest(request, plan, buckets, ordered.keyed_records, staging / "store")
+            state = StoreState(
+                next_seq=ordered.keyed_records, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop
+            )
+            target = StoreTarget(request.input_topic, request.partition, state, request.window_ids)
+            written = write_store(spark, ordered, staging, target, request.layout, request.ship_files, step)
+            replaced = _place(written.path, plan.target, request.replace)
     finally:
         for frame in ordered.cached if ordered is not None else ():
             frame.unpersist()
@@ -165,56 +166,92 @@ def run_rebuild(
         ids=ordered.ids,
         duplicate_records=ordered.keyed_records - ordered.ids,
         unkeyed_records=ordered.unkeyed_records,
-        files=len(buckets),
-        sst_bytes=sst_bytes,
+        files=written.files,
+        sst_bytes=written.sst_bytes,
         state=state,
         replaced=replaced,
         seconds=finished - started,
         seconds_ordering=ordering_done - started,
-        seconds_writing=writing_done - handing_over_done,
-        seconds_ingesting=finished - writing_done,
-        seconds_handing_over=handing_over_done - ordering_done,
+        seconds_writing=written.writing_done - written.handing_over_done,
+        seconds_ingesting=finished - written.writing_done,
+        seconds_handing_over=written.handing_over_done - ordering_done,
         without_duplicates=ordered.without_duplicates,
     )
 
 
+@dataclass(frozen=True)
+class StoreTarget:
+    """The store a numbering becomes: its identity (input topic and partition), its state, its bound."""
+
+    topic: str
+    partition: int
+    state: StoreState
+    window_ids: int = DEFAULT_MAX_KEYS
+    with_offsets: bool = True  # the records' offsets are the store's own output partition's (else none kept)
+
+
+@dataclass(frozen=True)
+class WrittenStore:
+    path: Path
+    files: int
+    sst_bytes: int
+    handing_over_done: float  # monotonic times at the ends of phases 2 and 3
+    writing_done: float
+
+
+def write_store(
+    spark: SparkSession,
+    ordered: Ordered,
+    staging: Path,
+    target: StoreTarget,
+    layout: bulk_load.LoadLayout,
+    ship_files: bool | None,
+    step: Callable[[str], None],
+) -> WrittenStore:
+    """Phases 2 to 4 for one numbering (a rebuilt partition's, or one new partition's of a repartition): the
+    SST files, then a fresh store at ``staging/store`` holding them, its state set (left closed)."""
+    buckets, handing_over_done = _sst_files(spark, ordered, staging, step, layout, ship_files, target.with_offsets)
+    sst_bytes = sum(path.stat().st_size for b in buckets for path in (b.ids_path, b.times_path) if path)
+    writing_done = time.monotonic()
+    step(f"{target.topic}-{target.partition}: ingesting the SST files into a fresh store")
+    built = staging / "store"
+    bulk_load.ingest(
+        built,
+        topic=target.topic,
+        partition=target.partition,
+        buckets=buckets,
+        state=target.state,
+        window_ids=target.window_ids,
+    ).close()
+    return WrittenStore(built, len(buckets), sst_bytes, handing_over_done, writing_done)
+
+
 def _sst_files(
-    spark: SparkSession, request: RebuildRequest, ordered: Ordered, staging: Path, step: Callable[[str], None]
+    spark: SparkSession,
+    ordered: Ordered,
+    staging: Path,
+    step: Callable[[str], None],
+    layout: bulk_load.LoadLayout,
+    ship_files: bool | None,
+    with_offsets: bool,
 ) -> tuple[list[bulk_load.BucketFiles], float]:
     """Phases 2 and 3: the numbered records handed over to the SST writers (local master), then the files
     written; on a cluster the two are one. Returns the files and when the hand-over ended."""
     numbers = ordered.keyed_records
     local = spark.sparkContext.master.startswith("local")
-    ship = request.ship_files if request.ship_files is not None else not local
+    ship = ship_files if ship_files is not None else not local
     folders: list[tuple[int, str]] = []
     if numbers and not ship:
-        step(f"rebuild: handing {numbers:,} records over to the SST writers")
-        folders = rebuild_sst.hand_over(ordered.numbered, staging, numbers, request.layout)
+        step(f"handing {numbers:,} records over to the SST writers")
+        folders = rebuild_sst.hand_over(ordered.numbered, staging, numbers, layout)
     handing_over_done = time.monotonic()
-    step(f"rebuild: writing SST files for {numbers:,} sequence numbers, {ordered.ids:,} ids")
+    step(f"writing SST files for {numbers:,} sequence numbers, {ordered.ids:,} ids")
     buckets: list[bulk_load.BucketFiles] = []
     if numbers and ship:
-        buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", numbers, request.layout)
+        buckets = rebuild_sst.write_shipped(ordered.numbered, staging / "sst", numbers, layout, with_offsets)
     elif numbers:
-        buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", numbers, request.layout)
+        buckets = rebuild_sst.write_handed_over(spark, folders, staging / "sst", numbers, layout, with_offsets)
     return buckets, handing_over_done
-
-
-def _ingest(
-    request: RebuildRequest, plan: _Plan, buckets: list[bulk_load.BucketFiles], numbers: int, built: Path
-) -> tuple[StoreState, Path | None]:
-    """Phase 4: a fresh store at ``built`` from the files, its state set, renamed into place. Returns the state
-    and where an existing store was moved (``--replace``)."""
-    state = StoreState(next_seq=numbers, first_live_seq=0, input_offset=-1, output_offset=plan.output_range.stop)
-    bulk_load.ingest(
-        built,
-        topic=request.input_topic,
-        partition=request.partition,
-        buckets=buckets,
-        state=state,
-        window_ids=request.window_ids,
-    ).close()
-    return state, _place(built, plan.target, request.replace)
 
 
 def _place(built: Path, target: Path, replace: bool) -> Path | None:

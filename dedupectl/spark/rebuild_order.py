@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from dedupectl.spark.extract import output_id
@@ -118,3 +118,44 @@ def _numbered_by_spans(keyed: DataFrame, output_range: PartitionRange, paralleli
     return keyed.withColumn("span", span).select(
         (F.element_at(starts, F.col("span") + 1) + in_span).alias("seq"), "id", "timestamp_ms", "offset"
     )
+
+
+@dataclass(frozen=True)
+class Routed:
+    """The keyed records of several partitions numbered for the partitions they go to: ``of(q)`` is target
+    ``q``'s numbering, as ``order_ids`` gives one partition's."""
+
+    numbered: DataFrame  # ``target`` and the columns of ``Ordered.numbered``
+    counts: dict[int, tuple[int, int]]  # target -> (keyed records, ids held)
+    unkeyed_records: int
+    without_duplicates: bool
+    cached: tuple[DataFrame, ...]
+
+    def of(self, target: int) -> Ordered:
+        records, ids = self.counts.get(target, (0, 0))
+        rows = self.numbered.where(F.col("target") == target).drop("target")
+        return Ordered(rows, ids, records, 0, self.without_duplicates, ())
+
+
+def order_routed(records: DataFrame, target: Column) -> Routed:
+    """Number the keyed records of ``records`` (several partitions, as ``kafka_records`` gives them) per
+    ``target`` (a column of the record's ``key``: the partition it goes to). Within a target, numbers follow
+    time (then source partition and offset, which order a partition's own records as its worker numbered
+    them), so the oldest ids age first; an id is held under its last copy in that order. A target's numbering
+    needs one shuffle and sort, unlike one partition's (``order_ids``)."""
+    read = records.select(
+        output_id(F.col("key")).alias("id"), "partition", "offset", "timestamp_ms", target.alias("target")
+    ).persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    keyed = read.where(F.col("id").isNotNull())
+    rank = Window.partitionBy("target").orderBy("timestamp_ms", "partition", "offset")
+    numbered = keyed.select("target", (F.row_number().over(rank) - 1).alias("seq"), "id", "timestamp_ms", "offset")
+    repeated = _any_repeated_id(keyed)
+    if repeated:
+        numbered = numbered.withColumn("held", F.col("seq") == F.max("seq").over(Window.partitionBy("target", "id")))
+    else:
+        numbered = numbered.withColumn("held", F.lit(True))
+    numbered = numbered.persist(StorageLevel.MEMORY_AND_DISK_DESER)
+    rows = numbered.groupBy("target").agg(F.count(F.lit(1)).alias("records"), F.sum(F.col("held").cast("long")))
+    counts = {row[0]: (row[1], row[2]) for row in rows.collect()}
+    unkeyed = read.count() - sum(records for records, _ in counts.values())
+    return Routed(numbered, counts, unkeyed, not repeated, (numbered, read))

@@ -45,9 +45,15 @@ def _bucketed(numbered: DataFrame, layout: bulk_load.LoadLayout) -> DataFrame:
 
 
 def _write_lines(
-    directory: Path, bucket: int, lines: rebuild_lines.Lines, numbers: int, layout: bulk_load.LoadLayout
+    directory: Path,
+    bucket: int,
+    lines: rebuild_lines.Lines,
+    numbers: int,
+    layout: bulk_load.LoadLayout,
+    with_offsets: bool = True,
 ) -> bulk_load.BucketFiles:
-    """One bucket's SST files from its parsed lines (``numbers``: the store's next sequence number)."""
+    """One bucket's SST files from its parsed lines (``numbers``: the store's next sequence number);
+    ``with_offsets``: the lines' offsets are the store's output partition's (else ``times`` holds none)."""
     return bulk_load.write_bucket_places(
         directory,
         bucket,
@@ -56,7 +62,7 @@ def _write_lines(
         lines.stamps,
         numbers,
         layout,
-        offsets=lines.offsets,
+        offsets=lines.offsets if with_offsets else None,
         held=lines.held,
     )
 
@@ -100,10 +106,15 @@ def _session_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[
 
 
 def write_handed_over(
-    spark: SparkSession, folders: list[tuple[int, str]], sst_dir: Path, numbers: int, layout: bulk_load.LoadLayout
+    spark: SparkSession,
+    folders: list[tuple[int, str]],
+    sst_dir: Path,
+    numbers: int,
+    layout: bulk_load.LoadLayout,
+    with_offsets: bool = True,
 ) -> list[bulk_load.BucketFiles]:
     """Local master: one task per bucket writes its SST files into ``sst_dir`` from its folder of lines."""
-    write = partial(_write_folder, target=str(sst_dir), numbers=numbers, layout=layout)
+    write = partial(_write_folder, target=str(sst_dir), numbers=numbers, layout=layout, with_offsets=with_offsets)
     written = spark.sparkContext.parallelize(folders, len(folders)).map(write).collect()
     return [
         bulk_load.BucketFiles(b, first, count, None if i is None else Path(i), Path(t))
@@ -112,18 +123,18 @@ def write_handed_over(
 
 
 def _write_folder(
-    job: tuple[int, str], target: str, numbers: int, layout: bulk_load.LoadLayout
+    job: tuple[int, str], target: str, numbers: int, layout: bulk_load.LoadLayout, with_offsets: bool = True
 ) -> tuple[int, int, int, str | None, str]:
     """Executor side (local master): the SST files of one bucket from the files Spark wrote for it."""
     bucket, folder = job
     lines = rebuild_lines.parse([part.read_bytes() for part in sorted(Path(folder).glob("part-*"))])
-    files = _write_lines(Path(target), bucket, lines, numbers, layout)
+    files = _write_lines(Path(target), bucket, lines, numbers, layout, with_offsets)
     ids_path = None if files.ids_path is None else str(files.ids_path)
     return bucket, files.first_seq, files.count, ids_path, str(files.times_path)
 
 
 def write_shipped(
-    numbered: DataFrame, sst_dir: Path, numbers: int, layout: bulk_load.LoadLayout
+    numbered: DataFrame, sst_dir: Path, numbers: int, layout: bulk_load.LoadLayout, with_offsets: bool = True
 ) -> list[bulk_load.BucketFiles]:
     """Cluster: each bucket's lines travel to one task as one value (the buckets spread over the tasks by
     routing keys), and the finished SST files back to the driver in chunks, one task at a time."""
@@ -139,7 +150,8 @@ def write_shipped(
         .select("bucket", "lines")
     )
     buckets, handles = [], {}
-    produced = texts.rdd.mapPartitions(partial(_ship_buckets, numbers=numbers, layout=layout))
+    ship = partial(_ship_buckets, numbers=numbers, layout=layout, with_offsets=with_offsets)
+    produced = texts.rdd.mapPartitions(ship)
     for item in produced.toLocalIterator(prefetchPartitions=True):
         if item[0] == "chunk":
             _, name, data = item
@@ -172,13 +184,15 @@ def _routing_keys(spark: SparkSession, count: int) -> list[int]:
     return [keys[task] for task in range(count)]
 
 
-def _ship_buckets(rows: Iterator[Any], numbers: int, layout: bulk_load.LoadLayout) -> Iterator[tuple[Any, ...]]:
+def _ship_buckets(
+    rows: Iterator[Any], numbers: int, layout: bulk_load.LoadLayout, with_offsets: bool = True
+) -> Iterator[tuple[Any, ...]]:
     """Executor side (cluster): write each bucket's SST files in local scratch space and send them back in
     chunks, then one row saying which bucket they were."""
     scratch = Path(tempfile.mkdtemp(prefix="dedupectl-sst-"))
     try:
         for bucket, lines in rows:
-            files = _write_lines(scratch, bucket, rebuild_lines.parse([bytes(lines)]), numbers, layout)
+            files = _write_lines(scratch, bucket, rebuild_lines.parse([bytes(lines)]), numbers, layout, with_offsets)
             for path in (files.ids_path, files.times_path):
                 if path is None:
                     continue

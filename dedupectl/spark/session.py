@@ -386,7 +386,9 @@ def submit_plan(settings: SparkSettings, command: str, argv: Sequence[str], noti
 def job_arguments(command: str, argv: Sequence[str]) -> list[str]:
     """``command`` and its arguments from ``argv``, less what spark-submit itself says or this run alone
     asked for (``--master``, ``--print-submit``) and the global options given before the command."""
-    args = argv[argv.index(command) + 1 :] if command in argv else list(argv)
+    words = command.split()  # a command of a group is several words: ``repartition build``
+    at = next((i for i in range(len(argv)) if list(argv[i : i + len(words)]) == words), None)
+    args = list(argv[at + len(words) :]) if at is not None else list(argv)
     kept, skip = [], False
     for arg in args:
         if skip:
@@ -395,7 +397,7 @@ def job_arguments(command: str, argv: Sequence[str]) -> list[str]:
             skip = True
         elif not arg.startswith("--master=") and arg != "--print-submit":
             kept.append(arg)
-    return [command, *kept]
+    return [*words, *kept]
 
 
 def redact_args(args: Sequence[str]) -> tuple[list[str], bool]:

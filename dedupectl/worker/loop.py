@@ -33,6 +33,7 @@ from dedupectl.config import WorkerConfig
 from dedupectl.data_dir_faults import data_dir_faults, read_only_volume
 from dedupectl.errors import BrokerError, DataDirError, TopicError
 from dedupectl.metrics import WorkerMetrics
+from dedupectl.repartition.manifest import refuse_cutover_under_way
 from dedupectl.worker.clients import Clients, ClientsLost
 from dedupectl.worker.crashpoint import CrashPoint
 from dedupectl.worker.observer import claim_data_dir
@@ -222,6 +223,7 @@ class Worker:
         except DataDirError as refused:  # a volume the kernel turned read-only says so, and what to do
             raise read_only_volume(config.data_dir) or refused from None
         claim_data_dir(config)  # an observer's stores and a worker's never share a directory
+        refuse_cutover_under_way(Path(config.data_dir), config.input_topic)
         needs = {config.input_topic: "Read"}
         if not config.observe:  # an observer writes neither: it decides, counts and records
             needs |= {config.output_topic: "Write", config.dead_letter_topic: "Write"}

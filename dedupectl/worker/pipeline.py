@@ -54,7 +54,7 @@ class Pipeline:
         self._rewinds = 0  # seeks back to the committed offsets so far: a batch collected across one is void
         # set once the input's partition count is known; until then (and with --partitioner any) nothing is checked
         self.routing = RouteCheck("any", 0)
-        self._routing_log = RoutingLog()
+        self._routing_log = RoutingLog(forwarding=config.misrouted == "forward")
 
     def collect(self) -> list[Message]:
         """Up to batch_max_messages / batch_max_bytes, waiting at most batch_max_ms."""
@@ -143,6 +143,7 @@ class Pipeline:
             routing=routing,
             misrouted_dead=self.config.misrouted == "dead-letter",
             count_unkeyed=check,
+            misrouted_forward=self.config.misrouted == "forward",
         )
         if routing.positions or decided.unkeyed:
             self._routing_log.note(owned.number, routing, records.keys, records.offsets, decided.unkeyed)

@@ -12,7 +12,7 @@ parallel and the hot loops C-level map/zip over them, not per-record objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import compress
 from operator import itemgetter, not_, or_
@@ -35,6 +35,7 @@ class Verdict(StrEnum):
     PUBLISH = "publish"
     DUPLICATE = "duplicate"
     DEAD_LETTER = "dead-letter"
+    FORWARD = "forward"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,9 @@ class Plan:
     record_ids: list[bytes | None]  # every input record's id, None for a dead letter: what each duplicate repeats
     misrouted: int = 0  # keyed records in another partition than their partitioner's (published or dead)
     unkeyed: int = 0  # records without a key whose id came from the value or a header
+    # misrouted records sent on to their partitioner's input partition (position, partition): its worker's
+    # store is the one that holds their ids
+    forward: list[tuple[int, int]] = field(default_factory=list)
 
     def verdicts(self) -> list[Verdict]:
         """Each input record's fate, in input order."""
@@ -73,6 +77,8 @@ class Plan:
             verdicts[position] = Verdict.PUBLISH
         for position, _ in self.dead:
             verdicts[position] = Verdict.DEAD_LETTER
+        for position, _ in self.forward:
+            verdicts[position] = Verdict.FORWARD
         return verdicts
 
 
@@ -90,13 +96,16 @@ def plan(
     routing: Routing = NOTHING_MISROUTED,
     misrouted_dead: bool = False,
     count_unkeyed: bool = False,
+    misrouted_forward: bool = False,
 ) -> Plan:
     """Decide a non-empty share of a batch. ``seen``: store keys held as if recorded (the batch committing);
     ``routing``: the records of another partition; ``misrouted_dead``: they go to the dead-letter topic;
-    ``schemas``: writer schemas, for value_format avro and protobuf."""
+    ``misrouted_forward``: to the input partition their partitioner gives them; ``schemas``: writer schemas,
+    for value_format avro and protobuf."""
     ids, dead = extract_ids(records.keys, records.values, value_format, id_field, records.headers, id_header, schemas)
     if routing.positions and misrouted_dead:
         dead = _dead_letter_misrouted(partition, ids, dead, routing)
+    forward = _forward_misrouted(ids, routing) if routing.positions and misrouted_forward else []
     unkeyed = _unkeyed(records.keys, ids) if count_unkeyed else 0
     # where each id first occurs (built from the end, so earlier positions overwrite later ones): a
     # repeat inside the batch is a duplicate, and the first occurrence is the one published
@@ -124,13 +133,24 @@ def plan(
         timestamps_ms=timestamps,
         dead=dead,
         consumed=consumed,
-        duplicates=consumed - len(dead) - len(positions),
+        duplicates=consumed - len(dead) - len(positions) - len(forward),
         # after a rebalance inside one batch, offsets may not be ascending: cover the furthest read
         next_input_offset=max(records.offsets) + 1,
         record_ids=ids,
         misrouted=len(routing.positions),
         unkeyed=unkeyed,
+        forward=forward,
     )
+
+
+def _forward_misrouted(ids: list[bytes | None], routing: Routing) -> list[tuple[int, int]]:
+    """The misrouted records with an id, taken out of the plan (``ids`` in place): (position, partition)."""
+    forward = []
+    for position, expected in zip(routing.positions, routing.expected, strict=True):
+        if ids[position] is not None:
+            ids[position] = None
+            forward.append((position, expected))
+    return forward
 
 
 def _dead_letter_misrouted(

@@ -41,6 +41,7 @@ class Outgoing:
     records: list[Message]  # the records to publish, parallel to ``plan.ids``
     dead: list[tuple[Message, DeadLetter]]
     copies: list[DroppedCopy] = field(default_factory=list)  # for the duplicates topic, when there is one
+    forward: list[tuple[Message, int]] = field(default_factory=list)  # to this input partition (--misrouted forward)
 
     @classmethod
     def of(cls, plan: Plan, messages: list[Message]) -> Outgoing:
@@ -48,6 +49,7 @@ class Outgoing:
             plan,
             list(map(messages.__getitem__, plan.positions)),
             [(messages[position], reason) for position, reason in plan.dead],
+            forward=[(messages[position], partition) for position, partition in plan.forward],
         )
 
 
@@ -271,6 +273,18 @@ class TransactionalPublisher:
                     partition % self.dead_letter_partitions,
                     on_delivery=note_denied,
                     headers=dead_letter_headers(message, reason),
+                )
+            for message, target in out.forward:  # in the batch's transaction: sent on exactly once
+                timestamp = message.timestamp()[1]
+                produce_when_room(
+                    producer,
+                    config.input_topic,
+                    message.value(),
+                    message.key(),
+                    target,
+                    on_delivery=note_denied,
+                    headers=message.headers(),
+                    **({"timestamp": timestamp} if timestamp > 0 else {}),
                 )
             self._produce_copies(out, note_denied)
 

@@ -17,8 +17,9 @@ SUMMARY_EVERY_S = 60.0
 
 
 class RoutingLog:
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, forwarding: bool = False) -> None:
         self._clock = clock
+        self._forwarding = forwarding  # --misrouted forward: each goes on to its partition, deduplicated there
         self._logged: Counter[int] = Counter()  # misrouted records logged one by one, per partition
         self._pending: Counter[int] = Counter()  # misrouted records not logged one by one since the last summary
         self._unkeyed_seen: set[int] = set()
@@ -33,6 +34,13 @@ class RoutingLog:
                 self._pending[partition] += len(routing.positions) - routing.positions.index(position)
                 break
             self._logged[partition] += 1
+            if self._forwarding:
+                log.warning(
+                    "partition %d offset %d: key %r is in partition %d, but %s puts it in partition %d: forwarded "
+                    "there (--misrouted forward)",
+                    partition, offsets[position], _shown(keys[position]), partition, routing.partitioner, expected,
+                )  # fmt: skip
+                continue
             log.warning(
                 "partition %d offset %d: key %r is in partition %d, but %s puts it in partition %d: its copies in "
                 "the two partitions are not deduplicated; give the producers one partitioner (docs/guide.md)",

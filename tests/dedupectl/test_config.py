@@ -170,7 +170,11 @@ def test_the_partition_check_from_every_source(tmp_path):
     ("env", "flags", "message"),
     [
         ({}, {"partitioner": "murmur3"}, "--partitioner must be one of auto, murmur2, crc32, any, got 'murmur3'"),
-        ({"DEDUPECTL_MISROUTED": "drop"}, {}, "DEDUPECTL_MISROUTED must be one of publish, dead-letter, got 'drop'"),
+        (
+            {"DEDUPECTL_MISROUTED": "drop"},
+            {},
+            "DEDUPECTL_MISROUTED must be one of publish, dead-letter, forward, got 'drop'",
+        ),
     ],
 )
 def test_an_unknown_partitioner_or_misrouted_action_is_refused(env, flags, message):

@@ -141,6 +141,8 @@ def test_the_submitted_job_keeps_the_commands_own_arguments():
     argv = ["--debug", "audit", "-c", "d.toml", "--master", "yarn", "--window", "24h", "--print-submit"]
     assert job_arguments("audit", argv) == ["audit", "-c", "d.toml", "--window", "24h"]
     assert job_arguments("rebuild", ["rebuild", "-p", "3", "--master=spark://m:7077"]) == ["rebuild", "-p", "3"]
+    argv = ["repartition", "build", "--partition-count", "8", "--master", "yarn", "--print-submit"]
+    assert job_arguments("repartition build", argv) == ["repartition", "build", "--partition-count", "8"]
 
 
 def test_audit_sides_from_files_topics_or_both(tmp_path):

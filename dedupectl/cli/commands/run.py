@@ -74,8 +74,8 @@ def run(
     misrouted: str | None = typer.Option(
         None,
         "--misrouted",
-        help="A record in the wrong partition: publish (counted, logged) or dead-letter (reason misrouted) "
-        "(default publish).",
+        help="A record in the wrong partition: publish (counted, logged), dead-letter (reason misrouted) or "
+        "forward (to its partition's input, after a repartition) (default publish).",
     ),
     metrics_port: int | None = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics here."),
     metrics_host: str | None = typer.Option(None, "--metrics-host", help="Address for --metrics-port."),

@@ -257,6 +257,18 @@ def test_with_dead_letter_misrouted_records_go_to_the_dead_letter_topic_instead(
     assert (decided.misrouted, decided.duplicates) == (2, 0)
 
 
+def test_with_forward_misrouted_records_go_to_their_partition_and_a_dead_one_stays_dead(store):
+    routing = Routing(positions=[1, 2, 3], expected=[5, 6, 0], partitioner="crc32")
+    batch = records(event(1), event(2), (b"k", b"not json"), event(4), event(2))
+    decided = decide(batch, store, routing=routing, misrouted_forward=True)
+    assert decided.ids == [ajs(1), ajs(2)]  # the copy of 2 at position 4 is not judged misrouted: published
+    assert decided.forward == [(1, 5), (3, 0)]
+    assert [(position, reason.reason) for position, reason in decided.dead] == [(2, DeadLetterReason.UNPARSEABLE)]
+    publish, forward = Verdict.PUBLISH, Verdict.FORWARD
+    assert decided.verdicts() == [publish, forward, Verdict.DEAD_LETTER, forward, publish]
+    assert (decided.misrouted, decided.duplicates) == (3, 0)
+
+
 def test_a_misrouted_record_already_dead_keeps_its_own_reason(store):
     routing = Routing(positions=[0], expected=[1], partitioner="murmur2")
     decided = decide(records((b"k", b"[1]")), store, routing=routing, misrouted_dead=True)

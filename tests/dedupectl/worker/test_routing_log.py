@@ -48,3 +48,12 @@ def test_the_first_unkeyed_record_of_a_partition_is_logged_once(caplog) -> None:
     routing_log.note(4, nothing, [None], [0], unkeyed=1)
     logged = lines(caplog)
     assert len(logged) == 2 and logged[0].startswith("partition 1: records without a key")
+
+
+def test_forwarded_records_are_logged_as_forwarded(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="dedupectl.worker")
+    RoutingLog(forwarding=True).note(1, Routing([0], [5], "crc32"), [b"k"], [9], unkeyed=0)
+    assert lines(caplog) == [
+        "partition 1 offset 9: key 'k' is in partition 1, but crc32 puts it in partition 5: forwarded there "
+        "(--misrouted forward)"
+    ]

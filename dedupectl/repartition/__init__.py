@@ -1,0 +1,1 @@
+"""``dedupectl repartition``: adding input partitions without a window of duplicates (plan, build, cutover)."""
