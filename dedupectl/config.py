@@ -504,6 +504,13 @@ def _validate_choices(config: WorkerConfig, named: _Named) -> None:
     for name, allowed in choices:
         if getattr(config, name) not in allowed:
             raise ConfigError(f"{named(name)} must be one of {', '.join(allowed)}, got {getattr(config, name)!r}")
+    if config.misrouted == "forward" and config.partitioner not in ("murmur2", "crc32"):
+        raise ConfigError(  # auto judges nothing until it settles: records before that would stay where they are
+            f"{named('misrouted')} forward needs partitioner murmur2 or crc32, got {config.partitioner!r}",
+            f"pass {flag_for('partitioner')} with the partitioner the repartition plan found",
+        )
+    if config.misrouted == "forward" and config.observe:
+        raise ConfigError(f"{named('misrouted')} forward writes to the input topic; an observer writes nothing")
 
 
 def _validate(config: WorkerConfig, named: _Named) -> None:

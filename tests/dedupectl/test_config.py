@@ -175,6 +175,16 @@ def test_the_partition_check_from_every_source(tmp_path):
             {},
             "DEDUPECTL_MISROUTED must be one of publish, dead-letter, forward, got 'drop'",
         ),
+        (
+            {},
+            {"misrouted": "forward"},
+            "--misrouted forward needs partitioner murmur2 or crc32, got 'auto': pass --partitioner",
+        ),
+        (
+            {},
+            {"misrouted": "forward", "partitioner": "crc32", "observe": True},
+            "--misrouted forward writes to the input topic; an observer writes nothing",
+        ),
     ],
 )
 def test_an_unknown_partitioner_or_misrouted_action_is_refused(env, flags, message):
