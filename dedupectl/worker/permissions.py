@@ -24,7 +24,8 @@ from reconcile.scan import OutputReader
 
 def topic_operations(config: WorkerConfig) -> dict[str, tuple[str, ...]]:
     """What the worker does on each topic (Read and Write imply Describe); an observer only reads the input."""
-    operations: dict[str, tuple[str, ...]] = {config.input_topic: ("Read",)}
+    forwards = config.misrouted == "forward"  # a misrouted record goes on to its own input partition
+    operations: dict[str, tuple[str, ...]] = {config.input_topic: ("Read", "Write") if forwards else ("Read",)}
     if not config.observe:
         operations |= {config.output_topic: ("Read", "Write"), config.dead_letter_topic: ("Write",)}
     if config.duplicates_topic is not None:

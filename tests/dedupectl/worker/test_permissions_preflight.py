@@ -10,8 +10,10 @@ from pathlib import Path
 
 from secure_kafka import Acl, admin_kafka, grant, make_topics, new_user, revoke, role_acls, run_env, worker_acls
 
+from dedupectl.config import resolve_worker_config
 from dedupectl.kafka_clients import create_topics
 from dedupectl.verify import count_ids
+from dedupectl.worker.permissions import topic_operations
 
 RUN_TIMEOUT_S = 60
 
@@ -93,3 +95,10 @@ def test_the_duplicates_topic_needs_its_write_and_the_role_grants_it(secure_kafk
     granted = subprocess.run(args, env=run_env(user.env()), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert granted.returncode == 0, granted.stderr
     assert count_ids(admin_kafka(broker), duplicates) == {b"a": 1}
+
+
+def test_forwarding_misrouted_records_needs_write_on_the_input():
+    flags = {"input_topic": "in", "output_topic": "out", "bootstrap_servers": "127.0.0.1:9"}
+    assert topic_operations(resolve_worker_config(env={}, flags=flags))["in"] == ("Read",)
+    forwarding = resolve_worker_config(env={}, flags={**flags, "misrouted": "forward", "partitioner": "crc32"})
+    assert topic_operations(forwarding)["in"] == ("Read", "Write")
