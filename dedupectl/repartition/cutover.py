@@ -36,6 +36,7 @@ from dedupectl.errors import RepartitionError
 from dedupectl.kafka_clients import grow_partitions
 from dedupectl.partitioner import partitions_of
 from dedupectl.repartition.manifest import CUTTING_OVER, Manifest, staging_dir
+from dedupectl.worker.crashpoint import CrashPoint
 from reconcile.kafka import admin_client, partition_counts
 from reconcile.scan import OutputReader
 from store.dedup_store import DedupStore
@@ -80,7 +81,10 @@ class CutoverReport:
 
 
 def cutover(request: CutoverRequest) -> CutoverReport:
+    """The cutover's steps, each noted once done. The crash tests SIGKILL it at ``cutover-fold`` (after an old
+    partition's tail), ``cutover-step`` (after a step is noted) and ``cutover-swap`` (after a store's swap)."""
     started = time.monotonic()
+    crashpoint = CrashPoint.from_environment()
     staging = staging_dir(request.data_dir, request.input_topic)
     manifest = Manifest.load(staging)
     if (manifest.input_topic, manifest.output_topic) != (request.input_topic, request.output_topic):
@@ -97,15 +101,17 @@ def cutover(request: CutoverRequest) -> CutoverReport:
         manifest.save(staging)
     tails: tuple[FoldedTail, ...] = ()
     if FOLDED not in manifest.steps:
-        tails, covered = fold_tails(request, manifest, staging)
+        tails, covered = fold_tails(request, manifest, staging, crashpoint)
         manifest = manifest.with_step(FOLDED, covered=covered)
         manifest.save(staging)
+        crashpoint("cutover-step")
     for step, topic in ((OUTPUT_GROWN, request.output_topic), (INPUT_GROWN, request.input_topic)):
         if step not in manifest.steps:
             grow_partitions(request.kafka, topic, manifest.new_count)
             manifest = manifest.with_step(step)
             manifest.save(staging)
-    moved = _swap_stores(request, manifest, staging)
+            crashpoint("cutover-step")
+    moved = _swap_stores(request, manifest, staging, crashpoint)
     manifest = manifest.with_step(SWAPPED)
     manifest.save(staging)
     os.replace(staging, _kept_record(request.data_dir, request.input_topic))
@@ -195,7 +201,9 @@ def check_old_layout_stopped(request: CutoverRequest, manifest: Manifest) -> Non
                 )
 
 
-def fold_tails(request: CutoverRequest, manifest: Manifest, staging: Path) -> tuple[tuple[FoldedTail, ...], tuple]:
+def fold_tails(
+    request: CutoverRequest, manifest: Manifest, staging: Path, crashpoint: CrashPoint
+) -> tuple[tuple[FoldedTail, ...], tuple]:
     """Record in the new stores the ids published to the old output partitions after the build's read; return
     what was read and each new store's covered output offset (its state is set to it)."""
     stores = {
@@ -212,6 +220,7 @@ def fold_tails(request: CutoverRequest, manifest: Manifest, staging: Path) -> tu
                     records += len(batch.ids)
                     recorded += _fold(stores, batch.ids, batch.timestamps_ms, manifest)
                 tails.append(FoldedTail(partition, (start, end), records, recorded))
+                crashpoint("cutover-fold")
         covered = tuple(ends[q] if q < manifest.old_count else 0 for q in range(manifest.new_count))
         for partition, store in stores.items():
             store.write_state(replace(store.state, output_offset=covered[partition]))
@@ -243,7 +252,7 @@ def _fold(stores: dict[int, DedupStore], keys: list[bytes], stamps: list[int], m
     return recorded
 
 
-def _swap_stores(request: CutoverRequest, manifest: Manifest, staging: Path) -> list[Path]:
+def _swap_stores(request: CutoverRequest, manifest: Manifest, staging: Path, crashpoint: CrashPoint) -> list[Path]:
     """Each new store into place, the old one moved aside first; a store already swapped is left."""
     moved = []
     for partition in range(manifest.new_count):
@@ -256,6 +265,7 @@ def _swap_stores(request: CutoverRequest, manifest: Manifest, staging: Path) -> 
             target.rename(aside)
             moved.append(aside)
         built.rename(target)
+        crashpoint("cutover-swap")
     return moved
 
 

@@ -1,5 +1,6 @@
 """Fault injection for the crash tests: ``DEDUPECTL_CRASHPOINT=after-commit:3`` SIGKILLs the process the 3rd
-time it reaches ``after-commit``. The points are ``after-produce``, ``after-commit`` and ``after-record``."""
+time it reaches ``after-commit``. The worker's points are ``after-produce``, ``after-commit`` and ``after-record``;
+``dedupectl.repartition.cutover``'s are ``cutover-fold``, ``cutover-step`` and ``cutover-swap``."""
 
 from __future__ import annotations
 
