@@ -6,7 +6,8 @@ Names in the table are templates: ``<input_topic>``, ``<output_topic>``, ``<dead
 ``<duplicates_topic>``, ``<group>`` (the worker's group id) and ``<observer_group>`` (an observer's,
 ``<group>.observe``) are filled in from the command's options. An
 optional grant is for a topic the worker uses only when given (``--duplicates-topic``): without its name it
-is left out.
+is left out; a grant ``when`` an option is on (``misrouted = "forward"``) is left out unless the names given
+hold that option's key.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from reconcile.scan import SCAN_GROUP
 from store.errors import ConfigError
 
 SCRAM_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+MISROUTED_FORWARD = "misrouted_forward"  # in the names given: the worker's config has misrouted = "forward"
 SCRAM_ITERATIONS = 8192
 
 
@@ -32,6 +34,7 @@ class Grant:
     why: str
     prefixed: bool = False
     optional: bool = False  # left out when its name is not given
+    when: str | None = None  # left out unless the worker's config turns this on (a key of the names given)
 
 
 # role -> (its label in the docs, its grants); the order is the docs' order
@@ -48,6 +51,11 @@ ROLES: dict[str, tuple[str, tuple[Grant, ...]]] = {
             Grant(
                 "Write", "topic", ("<duplicates_topic>",),
                 "only with `--duplicates-topic`: publish the dropped copies", optional=True,
+            ),
+            Grant(
+                "Write", "topic", ("<input_topic>",),
+                "only with `--misrouted forward` (after a repartition): send misrouted records on to their own "
+                "input partition", when=MISROUTED_FORWARD,
             ),
             Grant("Read", "group", ("<group>",), "join the group and commit input offsets inside each transaction"),
             Grant(
@@ -166,6 +174,8 @@ def role_acls(role: str, principal: str, names: Mapping[str, str]) -> list[Acl]:
     for part in ROLE_SETS[role]:
         for grant in ROLES[part][1]:
             if grant.optional and not all(_filled(template, names) for template in grant.names):
+                continue
+            if grant.when is not None and grant.when not in names:
                 continue
             for template in grant.names:
                 acl = Acl(principal, grant.operation, grant.resource, _fill(template, names), grant.prefixed)

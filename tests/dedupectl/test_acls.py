@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
 )
 from secure_kafka import SecureUser, admin_env, admin_kafka, admin_settings, make_topics, run_env
 
-from dedupectl.acls import markdown_rows, role_acls
+from dedupectl.acls import MISROUTED_FORWARD, markdown_rows, role_acls
 from dedupectl.kafka_clients import create_topics
 from dedupectl.verify import count_ids
 
@@ -41,6 +41,24 @@ def test_spark_is_every_spark_job_at_once():
     names = {"input_topic": "i", "output_topic": "o", "dead_letter_topic": "d", "group": "g"}
     jobs = [acl for role in ("audit", "replay", "rebuild") for acl in role_acls(role, "User:x", names)]
     assert set(role_acls("spark", "User:x", names)) == set(jobs)
+
+
+def test_a_forwarding_worker_also_writes_its_input_and_its_config_says_so(tmp_path):
+    names = {"input_topic": "i", "output_topic": "o", "dead_letter_topic": "d", "group": "g"}
+    plain = {(acl.operation, acl.name) for acl in role_acls("worker", "User:x", names)}
+    assert ("Read", "i") in plain and ("Write", "i") not in plain
+    forwarding = {
+        (acl.operation, acl.name) for acl in role_acls("worker", "User:x", {**names, MISROUTED_FORWARD: "on"})
+    }
+    assert forwarding - plain == {("Write", "i")}
+    config = tmp_path / "worker.toml"
+    config.write_text('partitioner = "crc32"\nmisrouted = "forward"\n')
+    shown = cli(
+        "security", "grant", "--role", "worker", "--principal", "User:w", "-c", str(config), "-b", "127.0.0.1:9",
+        "-t", "events", "-o", "events-deduped", "--dry-run", "--json", env=run_env({}),
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert any("Write on topic 'events'" in acl for acl in json.loads(shown.stdout)["acls"])
 
 
 def acls_of(broker, principal: str) -> list:

@@ -53,7 +53,7 @@ def grant(
     Example: dedupectl security grant --role worker --principal User:dedupectl-worker -t events -o events-deduped \\
         --scram-password-file /run/secrets/worker-password --dry-run
     """
-    from dedupectl.acls import ScramUser, role_acls
+    from dedupectl.acls import MISROUTED_FORWARD, ScramUser, role_acls
     from dedupectl.acls import grant as create
 
     worker = resolve_worker_config(
@@ -77,6 +77,8 @@ def grant(
         names["observer_group"] = observer_group(worker.group_id)
     if worker.duplicates_topic is not None:
         names["duplicates_topic"] = worker.duplicates_topic
+    if worker.misrouted == "forward":
+        names[MISROUTED_FORWARD] = "on"
     acls = role_acls(role, principal, names)
     scram = None
     if scram_password_file is not None:
