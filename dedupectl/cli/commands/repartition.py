@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from dedupectl.cli.commands.spark import (
+    BulkMaxKeysOption,
     ConfOption,
     MasterOption,
     PrintSubmitOption,
@@ -127,9 +128,7 @@ def build(
     partition_count: int = PartitionCountOption,
     partitioner: str = PartitionerOption,
     replace: bool = typer.Option(False, "--replace", help="Delete a build already staged and build again."),
-    max_keys: int | None = typer.Option(
-        None, "--max-keys", help="The worker's bound (its --max-keys; default: the config's, else 10,000,000)."
-    ),
+    max_keys: int | None = BulkMaxKeysOption,
     data_dir: Path | None = ConfigDataDirOption,
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,

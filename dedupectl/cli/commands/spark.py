@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 # dedupectl.spark.session (and its jars and process helpers) is imported when a job runs, not for --help; its
 # DEFAULT_MASTER is named here (a test holds the two together)
 DEFAULT_MASTER = "local[*]"
+BulkMaxKeysOption = typer.Option(
+    None, "--max-keys", help="The worker's bound (its --max-keys; default: the config's, else 10,000,000)."
+)
 MasterOption = typer.Option(
     DEFAULT_MASTER, "--master", help="Spark master: local[*], local[N], spark://host:7077, yarn, k8s://…"
 )
@@ -438,9 +441,7 @@ def rebuild(
     replace: bool = typer.Option(
         False, "--replace", help="Move an existing store aside (to <store>.replaced-<time>) instead of refusing."
     ),
-    max_keys: int | None = typer.Option(
-        None, "--max-keys", help="The worker's bound (its --max-keys; default: the config's, else 10,000,000)."
-    ),
+    max_keys: int | None = BulkMaxKeysOption,
     config: Path | None = ConfigOption,
     bootstrap_servers: str | None = BootstrapOption,
     topic: str | None = InputTopicOption,
