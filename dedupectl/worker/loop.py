@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +44,7 @@ from dedupectl.worker.pipeline import Pipeline
 from dedupectl.worker.publisher import TransactionalPublisher
 from dedupectl.worker.recovery import Recovery
 from dedupectl.worker.routing import RouteCheck
-from dedupectl.worker.signals import StopRequest
+from dedupectl.worker.signals import IDLE_STOP_S, StopRequest
 from dedupectl.worker.summary import RunSummary
 from reconcile.kafka import partition_counts
 from snapshots.schedule import FAILURE_STEPS, ScheduleConfig, SnapshotSchedule
@@ -81,6 +82,7 @@ class Worker:
         self._idle_since: float | None = None
         self._closing = False
         self._stopping = False  # the loop has ended: what is left is the stop's own work
+        self._iteration_started = -math.inf  # the loop's last turn began then (monotonic)
         # always on: it also answers `dedupectl snapshot create` for the partitions this worker holds
         self._snapshots = SnapshotSchedule(
             config.data_dir,
@@ -172,6 +174,7 @@ class Worker:
         pipeline, partitions = self._pipeline, self._partitions
         started = last_report = last_release = last_maintenance = time.monotonic()
         while not stop.is_set():
+            self._iteration_started = time.monotonic()
             try:
                 batch = pipeline.collect()
                 if batch:
@@ -205,9 +208,16 @@ class Worker:
             log.warning("the last transaction's outcome is unknown (%s): the next start recovers it", lost)
 
     def _busy(self) -> bool:
-        """Whether a stop has work in hand to wait for: a transaction, a snapshot being published, or the stop's
-        own steps once the loop has ended (closing the clients and the stores: --stop-timeout bounds them)."""
-        return self._stopping or self._publisher.open or not self._snapshots.wait(0)
+        """Whether a stop has work in hand to wait for: a transaction, a snapshot being published, the stop's own
+        steps once the loop has ended (closing the clients and the stores: --stop-timeout bounds them), or a turn
+        of the loop begun within ``IDLE_STOP_S``: it sees the stop at its end, on a machine however loaded; a
+        loop stuck in one turn (retrying an unreachable broker) or not started yet has nothing in hand."""
+        return (
+            self._stopping
+            or self._publisher.open
+            or not self._snapshots.wait(0)
+            or time.monotonic() - self._iteration_started < IDLE_STOP_S
+        )
 
     def _idle_for(self, now: float, started: float) -> float:
         """Seconds without input since the last batch or assignment; before any assignment the clock only
