@@ -9,10 +9,11 @@ Where the id is, in this order:
   top-level name, or a JSON Pointer (RFC 6901, ``/context/messageId``) into nested objects and arrays (JSON),
   records, maps and arrays (Avro), or messages and repeated fields (Protobuf, by field name or JSON name).
 With ``value_format = "json"`` every value must be a JSON object (RFC 8259, UTF-8), and with ``"avro"`` or
-``"protobuf"`` every value must decode with its writer schema (Confluent wire format, ``dedupectl.schemas``),
-whatever holds the id: anything else is a dead letter, never dropped silently and never blocking the
-partition. In Avro and Protobuf a string or bytes field is an id; a null, an unset field with presence, or
-an absent field is a missing id; any other type an invalid one.
+``"protobuf"`` every value must be in the Confluent wire format with a known schema id, whatever holds the id,
+and decode with its writer schema as far as the id when the id is in it (``dedupectl.schemas``): anything else
+is a dead letter, never dropped silently and never blocking the partition. In Avro and Protobuf a string or
+bytes field is an id; a null, an unset field with presence, or an absent field is a missing id; any other type
+an invalid one.
 """
 
 from __future__ import annotations
@@ -100,10 +101,15 @@ def _decoder(schemas: SchemaSource | None):
 
 
 def _schema_id(decoder, key, value, id_field: str, tokens, headers=None, id_header=None) -> bytes:
-    """The id of a record whose value is in the Confluent wire format: the value decodes first, whatever holds
-    the id, as a JSON value must be an object."""
+    """The id of a record whose value is in the Confluent wire format. Its header is checked whatever holds the
+    id, as a JSON value must be an object; its payload is read only when the id is in it, and then only as far
+    as the id (``dedupectl.schemas``)."""
     try:
-        record = decoder.decode(value)
+        if id_header is not None or key:
+            decoder.check(value)
+            record = None
+        else:
+            record = decoder.decode(value, tokens)
     except UndecodableValue as error:
         raise DeadLetter(DeadLetterReason.UNDECODABLE, str(error)) from None
     except UnknownSchema as error:
@@ -236,7 +242,7 @@ def extract_ids(
 
 
 def _schema_ids(decoder, keys, values, id_field: str, headers, id_header):
-    """``extract_ids`` for values in the wire format: every value is decoded, so each record takes one path."""
+    """``extract_ids`` for values in the wire format: every value is checked, so each record takes one path."""
     tokens, ids, dead = pointer_tokens(id_field), [], []
     every_headers = headers if headers is not None else [None] * len(keys)
     for index, (key, value, record_headers) in enumerate(zip(keys, values, every_headers, strict=True)):

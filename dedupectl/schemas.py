@@ -9,6 +9,12 @@ The wire format, as Confluent's serializers write it:
                  file (a lone 0 for its first message), read with confluent-kafka's own reader
     the rest     the payload: Avro binary (fastavro) or a Protobuf message (protobuf's message classes)
 
+A value is read as far as its id needs (``WireDecoder.check`` and ``decode``): the header and a known schema
+id always; the payload only when the id is in it. An Avro record's fields follow one another in the writer
+schema's order, so its id is read with the writer schema cut after the id's field (in each inline record on
+the pointer's path): the fields before it are decoded, the rest of the value, passed on as its bytes are, is
+not read. A Protobuf message, whose fields come in any order, is parsed whole.
+
 A schema comes from ``SchemaSource.files`` first (their bytes travel with the source, so Spark executors
 need no copy of the files), else from the registry, fetched once per schema id per process. A registry
 that does not answer (connection refused, a timeout, a 5xx) is a transient fault: retried with backoff for
@@ -113,7 +119,7 @@ def _parse_file(value_format: str, name: str, data: bytes):
         import fastavro
 
         try:
-            return _AvroSchema(fastavro.parse_schema(json.loads(data)))
+            return _AvroSchema(json.loads(data))
         except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as error:
             raise ConfigError(f"schema file {name} is not an Avro schema: {error}", "give an .avsc file") from None
     from google.protobuf import descriptor_pb2, descriptor_pool
@@ -142,19 +148,50 @@ def _parse_file(value_format: str, name: str, data: bytes):
 
 
 class _AvroSchema:
-    def __init__(self, parsed) -> None:
+    """A writer schema, and the same cut after an id's field for each id path asked (``avro_prefix``)."""
+
+    def __init__(self, schema, references: dict | None = None) -> None:
         import fastavro
 
-        self._parsed, self._read = parsed, fastavro.schemaless_reader
+        self._schema, self._references = schema, references or {}
+        self._parsed = fastavro.parse_schema(schema, named_schemas=dict(self._references))
+        self._read = fastavro.schemaless_reader
+        self._prefixes: dict[tuple[str, ...], Any] = {}
 
-    def decode(self, stream: io.BytesIO, end: int):
+    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
+        """The whole record; with ``tokens``, only its fields up to the one at that path."""
+        schema = self._parsed if tokens is None else self._prefixes.get(tokens) or self._prefix(tokens)
         try:
-            record = self._read(stream, self._parsed, None)
+            record = self._read(stream, schema, None)
         except Exception as error:  # fastavro raises EOFError, ValueError, UnicodeDecodeError, IndexError…
             raise UndecodableValue(f"not Avro of its writer schema: {type(error).__name__}: {error}") from None
-        if stream.tell() != end:
+        if tokens is None and stream.tell() != end:
             raise UndecodableValue(f"{end - stream.tell()} bytes past the Avro record")
         return record
+
+    def _prefix(self, tokens: tuple[str, ...]):
+        import fastavro
+
+        cut = avro_prefix(self._schema, tokens)
+        self._prefixes[tokens] = parsed = fastavro.parse_schema(cut, named_schemas=dict(self._references))
+        return parsed
+
+
+def avro_prefix(schema, tokens: tuple[str, ...]):
+    """``schema`` cut after the field at ``tokens``: in each inline record on the path (a union's too), the
+    fields after the path's are dropped, and a record without the path's field keeps none. What a cut part
+    defines, nothing kept can use: Avro names a type before any use of it. Maps, arrays and named references
+    on the path are kept whole."""
+    if isinstance(schema, list):
+        return [avro_prefix(branch, tokens) for branch in schema]
+    if not tokens or not isinstance(schema, dict) or schema.get("type") != "record":
+        return schema
+    fields = schema["fields"]
+    for index, field in enumerate(fields):
+        if field["name"] == tokens[0]:
+            kept = {**field, "type": avro_prefix(field["type"], tokens[1:])}
+            return {**schema, "fields": [*fields[:index], kept]}
+    return {**schema, "fields": []}
 
 
 class _ProtobufSchema:
@@ -162,7 +199,7 @@ class _ProtobufSchema:
         self._file = file
         self._classes: dict[tuple[int, ...], Any] = {}
 
-    def decode(self, stream: io.BytesIO, end: int):
+    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
         from confluent_kafka.schema_registry.common.serde import SchemaId
         from google.protobuf.message import DecodeError
 
@@ -202,19 +239,29 @@ class WireDecoder:
         self._client = None
         self.registry_calls = 0  # schema fetches this process made
 
-    def decode(self, value: bytes | None):
-        """The value's record (a dict for Avro, a message for Protobuf); ``UndecodableValue`` or
-        ``UnknownSchema`` when it has none."""
+    def check(self, value: bytes | None) -> None:
+        """The value's wire-format header and that its schema id is known; its payload is not read (a record
+        whose id is in its key or a header). ``UndecodableValue`` or ``UnknownSchema`` otherwise."""
+        schema = self._schema_of(value)
+        if isinstance(schema, _Unknown):
+            raise UnknownSchema(schema.detail)
+
+    def decode(self, value: bytes | None, tokens: tuple[str, ...] | None = None):
+        """The value's record (a dict for Avro, a message for Protobuf); with ``tokens``, an Avro record only
+        as far as the field at that path. ``UndecodableValue`` or ``UnknownSchema`` when it has none."""
+        schema = self._schema_of(value)
+        stream = io.BytesIO(value)
+        stream.seek(WIRE_HEADER.size)
+        return schema.decode(stream, len(value), tokens)
+
+    def _schema_of(self, value: bytes | None):
         if value is None:
             raise UndecodableValue("value is null")
         if len(value) < WIRE_HEADER.size or value[0] != MAGIC_BYTE:
             what = f"magic byte {value[0]}" if value else "an empty value"
             raise UndecodableValue(f"not the Confluent wire format ({what}, not 0 and a schema id)")
         _, schema_id = WIRE_HEADER.unpack_from(value)
-        schema = self._schemas.get(schema_id) or self._fetch(schema_id)
-        stream = io.BytesIO(value)
-        stream.seek(WIRE_HEADER.size)
-        return schema.decode(stream, len(value))
+        return self._schemas.get(schema_id) or self._fetch(schema_id)
 
     def _fetch(self, schema_id: int):
         if self.source.registry_url is None:
@@ -269,7 +316,7 @@ class _Unknown:
     def __init__(self, schema_id: int, url: str) -> None:
         self.detail = f"schema id {schema_id} is not in the schema registry {url}"
 
-    def decode(self, stream: io.BytesIO, end: int):
+    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
         raise UnknownSchema(self.detail)
 
 
@@ -281,7 +328,7 @@ def _registry_avro(client, schema_id: int) -> _AvroSchema:
     for reference in schema.references or ():  # named types another subject defines
         referenced = client.get_version(reference.subject, reference.version).schema
         fastavro.parse_schema(json.loads(referenced.schema_str), named_schemas=named)
-    return _AvroSchema(fastavro.parse_schema(json.loads(schema.schema_str), named_schemas=named))
+    return _AvroSchema(json.loads(schema.schema_str), named)
 
 
 def _registry_protobuf(client, schema_id: int) -> _ProtobufSchema:

@@ -1,6 +1,6 @@
 """Ids in Avro and Protobuf values (Confluent wire format), with writer schemas from files: the same order as
-for JSON (header, else key, else the field), every value decoded whatever holds the id, and a reason for each
-kind of unusable record."""
+for JSON (header, else key, else the field), every value's header checked whatever holds the id, its payload
+read as far as the id when the id is in it, and a reason for each kind of unusable record."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from wire_values import avro_event, avro_value, proto_value, write_avsc, write_d
 
 from dedupectl.errors import ConfigError
 from dedupectl.messages import DeadLetter, DeadLetterReason, extract_id, extract_ids
-from dedupectl.schemas import decoder_for, schema_source
+from dedupectl.schemas import avro_prefix, decoder_for, schema_source
 
 
 @pytest.fixture
@@ -56,8 +56,9 @@ def test_header_then_key_then_field(avro):
         (b"{not avro", "messageId", DeadLetterReason.UNDECODABLE),
         (None, "messageId", DeadLetterReason.UNDECODABLE),
         (b"\x00\x00\x00", "messageId", DeadLetterReason.UNDECODABLE),
-        (avro_value(7, avro_event("m"))[:-3], "messageId", DeadLetterReason.UNDECODABLE),
-        (avro_value(7, avro_event("m")) + b"\x00", "messageId", DeadLetterReason.UNDECODABLE),
+        (avro_value(7, avro_event("m"))[:6], "messageId", DeadLetterReason.UNDECODABLE),  # cut short in the id
+        (avro_value(7, avro_event("m", context_id="c"))[:-3], "/context/messageId", DeadLetterReason.UNDECODABLE),
+        (avro_value(7, avro_event("m"))[:5] + b"\x04", "messageId", DeadLetterReason.UNDECODABLE),  # no such branch
         (avro_value(99, avro_event("m")), "messageId", DeadLetterReason.UNKNOWN_SCHEMA),
         (avro_value(7, avro_event(None)), "messageId", DeadLetterReason.MISSING_ID),
         (avro_value(7, avro_event("m")), "/nope/messageId", DeadLetterReason.MISSING_ID),
@@ -87,10 +88,41 @@ def test_unusable_protobuf_records_name_their_reason(protobuf, value, id_field, 
     assert reason_of(value, protobuf, id_field) == reason
 
 
-def test_an_undecodable_value_is_dead_even_with_a_key_or_header(avro):
+def test_a_value_not_in_the_wire_format_is_dead_even_with_a_key_or_header(avro):
     assert reason_of(b"junk", avro, key=b"k") == DeadLetterReason.UNDECODABLE
     header = reason_of(b"junk", avro, key=b"k", headers=[("ce_id", b"h")], id_header="ce_id")
     assert header == DeadLetterReason.UNDECODABLE
+    assert reason_of(avro_value(99, avro_event("m")), avro, key=b"k") == DeadLetterReason.UNKNOWN_SCHEMA
+
+
+def test_a_payload_is_read_only_as_far_as_the_id(avro):
+    whole = avro_value(7, avro_event("m", context_id="c"))
+    # with the id in the key or a header, the payload is not read: it is passed on as its bytes are
+    assert extract_id(b"k", whole[:5] + b"\xff\xff", "avro", "messageId", schemas=avro) == b"k"
+    headers = [("ce_id", b"h")]
+    assert extract_id(None, whole[:5], "avro", "messageId", headers, "ce_id", schemas=avro) == b"h"
+    # with the id in the value, the fields after it are not read
+    assert extract_id(None, whole[:-3], "avro", "messageId", schemas=avro) == b"m"
+    assert extract_id(None, whole + b"\x00", "avro", "/context/messageId", schemas=avro) == b"c"
+
+
+def test_a_writer_schema_is_cut_after_the_ids_field_in_each_inline_record_on_the_path():
+    inner = {
+        "type": "record",
+        "name": "Inner",
+        "fields": [{"name": "a", "type": "int"}, {"name": "id", "type": "string"}, {"name": "z", "type": "int"}],
+    }
+    schema = {
+        "type": "record",
+        "name": "Outer",
+        "fields": [{"name": "x", "type": "int"}, {"name": "in", "type": ["null", inner]}, {"name": "y", "type": "int"}],
+    }
+    cut = avro_prefix(schema, ("in", "id"))
+    assert [field["name"] for field in cut["fields"]] == ["x", "in"]
+    assert cut["fields"][1]["type"][0] == "null"
+    assert [field["name"] for field in cut["fields"][1]["type"][1]["fields"]] == ["a", "id"]
+    assert avro_prefix(schema, ("nope",))["fields"] == []
+    assert avro_prefix({"type": "map", "values": "string"}, ("k",)) == {"type": "map", "values": "string"}
 
 
 def test_a_batch_gives_the_same_answers_as_one_record_at_a_time(avro):
