@@ -12,7 +12,7 @@ import fastavro
 from confluent_kafka import Producer
 
 from dedupectl.config import KafkaConfig
-from dedupectl.sample_events import SampleSpec, generate
+from dedupectl.sample_events import SampleSpec, generate, sample_destination
 
 SCHEMA_ID = 1
 SCHEMA = {
@@ -46,8 +46,11 @@ def avro_value(parsed, header: bytes, json_value: bytes) -> bytes:
     return out.getvalue()
 
 
-def produce_avro(kafka: KafkaConfig, topic: str, spec: SampleSpec, schema_path: Path) -> int:
-    """Produce ``spec``'s events as Avro to ``topic``, writing the writer schema to ``schema_path``."""
+def produce_avro(
+    kafka: KafkaConfig, topic: str, spec: SampleSpec, schema_path: Path, keyless_partitions: int | None = None
+) -> int:
+    """Produce ``spec``'s events as Avro to ``topic``, writing the writer schema to ``schema_path``; each where
+    ``produce_sample`` puts its JSON (``sample_destination``)."""
     schema_path.write_text(json.dumps(SCHEMA))
     parsed, header = fastavro.parse_schema(SCHEMA), struct.pack(">bI", 0, SCHEMA_ID)
     producer = Producer(
@@ -64,7 +67,7 @@ def produce_avro(kafka: KafkaConfig, topic: str, spec: SampleSpec, schema_path: 
         value = avro_value(parsed, header, record.value)
         while True:
             try:
-                producer.produce(topic, value=value, key=record.key)
+                producer.produce(topic, value=value, **sample_destination(record, keyless_partitions))
                 break
             except BufferError:
                 producer.poll(0.05)

@@ -21,7 +21,9 @@ settles on crc32); its throughput is reported against the default's, as a ratio 
 With ``--value-format avro``, the same events are also produced as Avro values in the Confluent wire format
 (the same keys, so the same partitions; the writer schema in a schema file) to a topic of their own, and each
 round also runs ``dedupectl run --value-format avro --schema-file 1=…`` on it: its throughput is reported
-against the JSON runs of the same rounds, as a ratio of the median runs.
+against the JSON runs of the same rounds, as a ratio of the median runs. With ``--ids-in value`` both the JSON
+and the Avro events are produced without keys (each to the partition CRC32 gives its id), so that both kinds
+of run read each id from the value's ``messageId`` field; by default (``key``) the ids are the keys.
 
 With ``--baseline-checkout DIR`` (a checkout of an earlier commit, e.g. ``git worktree add DIR COMMIT``), each
 round also runs that checkout's ``dedupectl run`` (its code, this interpreter and its packages) on the same
@@ -98,6 +100,12 @@ def main() -> None:
         default="json",
         help="avro: also run dedupectl on the same events as Avro values (schema file), each round",
     )
+    parser.add_argument(
+        "--ids-in",
+        choices=["key", "value"],
+        default="key",
+        help="value: produce the events without keys, so that every run reads its ids from the values",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/worker.json")
     args = parser.parse_args()
 
@@ -111,13 +119,14 @@ def main() -> None:
         spec = SampleSpec(args.count, duplicate_ratio=args.duplicates)
         with console.status(f"producing {args.count:,} events"):
             started = time.monotonic()
-            sample = produce_sample(kafka, "in", spec)
+            keyless = PARTITIONS if args.ids_in == "value" else None
+            sample = produce_sample(kafka, "in", spec, keyless_partitions=keyless)
         console.print(f"produced {sample.produced:,} events in {time.monotonic() - started:.1f}s")
         avro_schema = Path(scratch) / "event.avsc"
         if args.value_format == "avro":
             with console.status(f"producing the {args.count:,} events again as Avro"):
                 started = time.monotonic()
-                produced = produce_avro(kafka, "in-avro", spec, avro_schema)
+                produced = produce_avro(kafka, "in-avro", spec, avro_schema, keyless)
             console.print(f"produced {produced:,} Avro events in {time.monotonic() - started:.1f}s")
         python = sys.executable
         data = Path(scratch)
@@ -223,7 +232,8 @@ def main() -> None:
     check = next((c for c in checks if not c.exactly_once), checks[0])
     ours = results["dedupectl"]["messages_per_second"]
     table = Table(
-        title=f"dedupectl run, {args.count:,} events, {args.duplicates:.1%} duplicates, {PARTITIONS} partitions"
+        title=f"dedupectl run, {args.count:,} events, {args.duplicates:.1%} duplicates, {PARTITIONS} partitions, "
+        f"ids in the {args.ids_in}s"
     )
     for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
         table.add_column(column, justify="right" if column != "system" else "left")
@@ -256,6 +266,7 @@ def main() -> None:
         "machine": {"cpus": __import__("os").cpu_count(), "platform": platform.platform()},
         "count": args.count,
         "duplicate_ratio": args.duplicates,
+        "ids_in": args.ids_in,
         "repeat": args.repeat,
         "results": results,
         "all_runs": {name: [run["messages_per_second"] for run in name_runs] for name, name_runs in runs.items()},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import uuid
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -97,10 +98,25 @@ class SampleReport:
     invalid: int
 
 
+def sample_destination(record: SampleRecord, keyless_partitions: int | None) -> dict:
+    """Where ``record`` goes: keyed by its id; or, with ``keyless_partitions``, without a key, to the partition
+    CRC32 (librdkafka's default partitioner) gives its id among that many, so that its id is in its value only
+    and its copies still meet in one partition."""
+    if keyless_partitions is None:
+        return {"key": record.key}
+    return {"partition": zlib.crc32(record.key or b"") % keyless_partitions}
+
+
 def produce_sample(
-    kafka: KafkaConfig, topic: str, spec: SampleSpec, *, progress: Callable[[int], None] | None = None
+    kafka: KafkaConfig,
+    topic: str,
+    spec: SampleSpec,
+    *,
+    progress: Callable[[int], None] | None = None,
+    keyless_partitions: int | None = None,
 ) -> SampleReport:
-    """Produce the sample to ``topic`` (keyed by messageId, so one id always lands in one partition)."""
+    """Produce the sample to ``topic``: keyed by messageId, so one id always lands in one partition (or as
+    ``sample_destination`` says with ``keyless_partitions``)."""
     producer = Producer(
         {
             **kafka.client_settings(),
@@ -115,7 +131,7 @@ def produce_sample(
     for record in generate(spec):
         while True:
             try:
-                producer.produce(topic, value=record.value, key=record.key)
+                producer.produce(topic, value=record.value, **sample_destination(record, keyless_partitions))
                 break
             except BufferError:
                 producer.poll(0.05)

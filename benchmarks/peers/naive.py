@@ -9,6 +9,7 @@ the id). Prints one JSON object (see ``_common.Progress``).
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def naive_loop(
         if deadline is None:
             deadline = time.monotonic() + max_seconds
         progress.consumed_some(1)
-        key = message.key()
+        key = message.key() or json.loads(message.value())["messageId"].encode()  # a keyless event: its field
         producer.begin_transaction()
         new = store.get(key) is None
         if new:
