@@ -158,15 +158,17 @@ class _AvroSchema:
         self._read = fastavro.schemaless_reader
         self._prefixes: dict[tuple[str, ...], Any] = {}
 
-    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
-        """The whole record; with ``tokens``, only its fields up to the one at that path."""
+    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
+        """The whole record after the wire header; with ``tokens``, only its fields up to the one at that path."""
         schema = self._parsed if tokens is None else self._prefixes.get(tokens) or self._prefix(tokens)
+        stream = io.BytesIO(value)
+        stream.seek(WIRE_HEADER.size)
         try:
             record = self._read(stream, schema, None)
         except Exception as error:  # fastavro raises EOFError, ValueError, UnicodeDecodeError, IndexError…
             raise UndecodableValue(f"not Avro of its writer schema: {type(error).__name__}: {error}") from None
-        if tokens is None and stream.tell() != end:
-            raise UndecodableValue(f"{end - stream.tell()} bytes past the Avro record")
+        if tokens is None and stream.tell() != len(value):
+            raise UndecodableValue(f"{len(value) - stream.tell()} bytes past the Avro record")
         return record
 
     def _prefix(self, tokens: tuple[str, ...]):
@@ -199,10 +201,13 @@ class _ProtobufSchema:
         self._file = file
         self._classes: dict[tuple[int, ...], Any] = {}
 
-    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
+    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
+        """The whole message after the wire header: its fields come in any order, so ``tokens`` cannot cut it."""
         from confluent_kafka.schema_registry.common.serde import SchemaId
         from google.protobuf.message import DecodeError
 
+        stream = io.BytesIO(value)
+        stream.seek(WIRE_HEADER.size)
         try:
             indexes = tuple(SchemaId._read_index_array(stream, zigzag=True))
         except Exception as error:  # EOFError, SerializationError
@@ -249,10 +254,7 @@ class WireDecoder:
     def decode(self, value: bytes | None, tokens: tuple[str, ...] | None = None):
         """The value's record (a dict for Avro, a message for Protobuf); with ``tokens``, an Avro record only
         as far as the field at that path. ``UndecodableValue`` or ``UnknownSchema`` when it has none."""
-        schema = self._schema_of(value)
-        stream = io.BytesIO(value)
-        stream.seek(WIRE_HEADER.size)
-        return schema.decode(stream, len(value), tokens)
+        return self._schema_of(value).decode(value, tokens)
 
     def _schema_of(self, value: bytes | None):
         if value is None:
@@ -316,7 +318,7 @@ class _Unknown:
     def __init__(self, schema_id: int, url: str) -> None:
         self.detail = f"schema id {schema_id} is not in the schema registry {url}"
 
-    def decode(self, stream: io.BytesIO, end: int, tokens: tuple[str, ...] | None = None):
+    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
         raise UnknownSchema(self.detail)
 
 
