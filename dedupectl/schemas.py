@@ -148,34 +148,31 @@ def _parse_file(value_format: str, name: str, data: bytes):
 
 
 class _AvroSchema:
-    """A writer schema, and the same cut after an id's field for each id path asked (``avro_prefix``)."""
+    """A writer schema, read as far as an id's field: cut after it (``avro_prefix``), once per id path."""
 
     def __init__(self, schema, references: dict | None = None) -> None:
         import fastavro
 
         self._schema, self._references = schema, references or {}
-        self._parsed = fastavro.parse_schema(schema, named_schemas=dict(self._references))
+        fastavro.parse_schema(schema, named_schemas=dict(self._references))  # one that does not parse is refused
         self._read = fastavro.schemaless_reader
-        self._prefixes: dict[tuple[str, ...], Any] = {}
+        self._cut: dict[tuple[str, ...], Any] = {}
 
-    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
-        """The whole record after the wire header; with ``tokens``, only its fields up to the one at that path."""
-        schema = self._parsed if tokens is None else self._prefixes.get(tokens) or self._prefix(tokens)
+    def decode(self, value: bytes, tokens: tuple[str, ...]):
+        """The record after the wire header, its fields up to the one at ``tokens``."""
+        schema = self._cut.get(tokens) or self._cut_after(tokens)
         stream = io.BytesIO(value)
         stream.seek(WIRE_HEADER.size)
         try:
-            record = self._read(stream, schema, None)
+            return self._read(stream, schema, None)
         except Exception as error:  # fastavro raises EOFError, ValueError, UnicodeDecodeError, IndexError…
             raise UndecodableValue(f"not Avro of its writer schema: {type(error).__name__}: {error}") from None
-        if tokens is None and stream.tell() != len(value):
-            raise UndecodableValue(f"{len(value) - stream.tell()} bytes past the Avro record")
-        return record
 
-    def _prefix(self, tokens: tuple[str, ...]):
+    def _cut_after(self, tokens: tuple[str, ...]):
         import fastavro
 
         cut = avro_prefix(self._schema, tokens)
-        self._prefixes[tokens] = parsed = fastavro.parse_schema(cut, named_schemas=dict(self._references))
+        self._cut[tokens] = parsed = fastavro.parse_schema(cut, named_schemas=dict(self._references))
         return parsed
 
 
@@ -201,7 +198,7 @@ class _ProtobufSchema:
         self._file = file
         self._classes: dict[tuple[int, ...], Any] = {}
 
-    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
+    def decode(self, value: bytes, tokens: tuple[str, ...]):
         """The whole message after the wire header: its fields come in any order, so ``tokens`` cannot cut it."""
         from confluent_kafka.schema_registry.common.serde import SchemaId
         from google.protobuf.message import DecodeError
@@ -251,9 +248,9 @@ class WireDecoder:
         if isinstance(schema, _Unknown):
             raise UnknownSchema(schema.detail)
 
-    def decode(self, value: bytes | None, tokens: tuple[str, ...] | None = None):
-        """The value's record (a dict for Avro, a message for Protobuf); with ``tokens``, an Avro record only
-        as far as the field at that path. ``UndecodableValue`` or ``UnknownSchema`` when it has none."""
+    def decode(self, value: bytes | None, tokens: tuple[str, ...]):
+        """The value's record as far as the field at ``tokens`` (a dict for Avro, a message for Protobuf);
+        ``UndecodableValue`` or ``UnknownSchema`` when it has none."""
         return self._schema_of(value).decode(value, tokens)
 
     def _schema_of(self, value: bytes | None):
@@ -318,7 +315,7 @@ class _Unknown:
     def __init__(self, schema_id: int, url: str) -> None:
         self.detail = f"schema id {schema_id} is not in the schema registry {url}"
 
-    def decode(self, value: bytes, tokens: tuple[str, ...] | None = None):
+    def decode(self, value: bytes, tokens: tuple[str, ...]):
         raise UnknownSchema(self.detail)
 
 
