@@ -25,12 +25,17 @@ from store.dedup_store import DedupStore
 from store.layout import store_path
 
 
-def _cli(pipeline, data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [
+def _command(pipeline, data_dir: Path, *args: str) -> list[str]:
+    return [
         sys.executable, "-m", "dedupectl.cli.app", "repartition", *args, "-b", pipeline.kafka.bootstrap_servers,
         "-t", pipeline.input_topic, "-o", pipeline.output_topic, "-d", str(data_dir),
     ]  # fmt: skip
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _cli(pipeline, data_dir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        _command(pipeline, data_dir, *args), capture_output=True, text=True, timeout=120, check=False, env=env
+    )
     assert result.returncode == 0, result.stderr
     return result
 
@@ -121,20 +126,20 @@ def test_a_cutover_sigkilled_at_each_step_is_finished_by_running_it_again(make_p
     data_dir = tmp_path / "data"
     old_ids = [b"id-%05d" % n for n in range(800)]
     _staged_build(pipeline, data_dir, old_ids)
-    command = [
-        sys.executable, "-m", "dedupectl.cli.app", "repartition", "cutover", "-b", pipeline.kafka.bootstrap_servers,
-        "-t", pipeline.input_topic, "-o", pipeline.output_topic, "-d", str(data_dir),
-        "--group-id", f"group-{pipeline.input_topic}",  # the workers' own: the cutover waits for it to be empty
-    ]  # fmt: skip
+    group = ("--group-id", f"group-{pipeline.input_topic}")  # the workers' own: the cutover waits for it to be empty
     env = {**os.environ, "DEDUPECTL_SESSION_TIMEOUT_MS": "6000"}  # the workers' (the pipeline's config)
     killed = subprocess.run(
-        command, capture_output=True, text=True, timeout=120, check=False, env={**env, CRASHPOINT: crashpoint}
+        _command(pipeline, data_dir, "cutover", *group),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**env, CRASHPOINT: crashpoint},
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     with pytest.raises(RepartitionError, match="under way"):
         refuse_cutover_under_way(data_dir, pipeline.input_topic)
 
-    again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False, env=env)
-    assert again.returncode == 0, again.stderr
+    _cli(pipeline, data_dir, "cutover", *group, env=env)
     kept = next(data_dir.glob(f".{pipeline.input_topic}.repartitioned-*"))
     _check_new_layout(pipeline, data_dir, old_ids, Manifest.load(kept).covered)
