@@ -112,7 +112,7 @@ class Worker:
                 return self._run(stop, exit_on_idle_s=exit_on_idle_s, on_progress=on_progress)
         finally:
             if isinstance(stop, StopRequest):  # its error or summary is printed next: a stop has nothing to cut
-                stop.over.set()
+                stop.end()
 
     def _run(
         self,

@@ -32,6 +32,15 @@ class StopRequest(threading.Event):
         self.busy: Callable[[], bool] = lambda: True
         self.over = threading.Event()  # the worker has returned or raised: the process's own exit follows
 
+    def end(self) -> None:
+        """The worker has returned or raised: its summary or error decides the exit code. A signal from now on
+        is ignored, since Python's exit restores the default action before it destroys the Kafka and RocksDB
+        handles left, and a supervisor's late SIGTERM would otherwise replace the documented code."""
+        self.over.set()
+        if threading.current_thread() is threading.main_thread():
+            for signum in _SIGNALS:
+                signal.signal(signum, signal.SIG_IGN)
+
 
 def stop_on_signals(stop_timeout_s: float | None = None) -> StopRequest:
     """A ``StopRequest`` set by SIGTERM or SIGINT: the worker finishes the batch in hand, commits, and exits 0.
