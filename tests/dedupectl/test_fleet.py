@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from conftest import Pipeline
+from pipeline_support import Pipeline
 from prometheus_client import generate_latest
 from waiting import wait_for
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import Pipeline
+from pipeline_support import Pipeline
 from waiting import wait_for
 
 from store.worker_status import read_statuses

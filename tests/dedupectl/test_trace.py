@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 from confluent_kafka import Producer
-from conftest import Pipeline
+from pipeline_support import Pipeline
 
 from dedupectl.config import KafkaConfig
 from dedupectl.kafka_clients import create_topics

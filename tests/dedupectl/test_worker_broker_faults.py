@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 from confluent_kafka import Producer
-from conftest import Pipeline
+from pipeline_support import Pipeline
 from test_worker_crash import output_end_offsets
 from waiting import wait_for
 
