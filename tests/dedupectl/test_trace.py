@@ -36,8 +36,11 @@ def stream(kafka_broker, tmp_path_factory):
     pipeline = Pipeline(kafka, name, f"{name}-out", f"{name}.dead-letter", PARTITIONS, tmp_path_factory.mktemp("trace"))
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "partitioner": "murmur2_random"})
 
+    sent = []
+
     def send(message_id: str, value: bytes | None = None) -> None:
         producer.produce(name, key=message_id, value=value or json.dumps({"messageId": message_id}).encode())
+        sent.append(message_id)
 
     aged_partition = murmur2_partition(b"aged", PARTITIONS)
     # sent two hours ago: far older than the window, so the default range (the window) does not reach it
@@ -53,7 +56,12 @@ def stream(kafka_broker, tmp_path_factory):
     producer.produce(name, value=json.dumps({"messageId": "keyless"}).encode(), partition=KEYLESS_PARTITION)
     assert producer.flush(30) == 0
     config = pipeline.config(max_keys=MAX_KEYS)
-    pipeline.run_worker(config)
+    consumed, expected = 0, len(sent) + 2  # and the two records produced without send()
+    for _ in range(5):  # a run ends after 2 s without input: on a loaded machine a fetch can take longer
+        consumed += pipeline.run_worker(config).consumed
+        if consumed >= expected:
+            break
+    assert consumed == expected, f"the worker consumed {consumed} of {expected} records"
     send("late")  # the worker has stopped: nobody consumes it
     send("retried")  # another retry, also left for later
     assert producer.flush(30) == 0
