@@ -119,7 +119,7 @@ class ArraysJob:
         try:
             generation.family.flush(True)  # what the sealing batch wrote last, for the child to read
             conversion.names = self._written_by_child(conversion)
-            conversion.opened = arrays_files.open_files(self._path, conversion.names, populate=True)
+            conversion.opened = arrays_files.open_files(self._path, conversion.names)
             for arrays in conversion.opened.values():
                 arrays.prepare()
         except Exception as error:  # left as a run: still correct, its lookups only cost more

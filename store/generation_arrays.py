@@ -68,15 +68,13 @@ def encode_names(names: dict[str, list[str]]) -> bytes:
     return json.dumps(names, sort_keys=True).encode()
 
 
-def open_files(
-    path: Path, names: Iterable[str], *, missing_ok: bool = False, populate: bool = False
-) -> dict[bytes, SealedArrays]:
-    """The named files of one generation, by prefix (``populate``: see ``SealedArrays.open``); a named file that
-    is damaged, or missing (unless ``missing_ok``), raises ``StoreCorruptError``."""
+def open_files(path: Path, names: Iterable[str], *, missing_ok: bool = False) -> dict[bytes, SealedArrays]:
+    """The named files of one generation, by prefix; a named file that is damaged, or missing (unless
+    ``missing_ok``), raises ``StoreCorruptError``."""
     opened = {}
     for name in names:
         try:
-            arrays = SealedArrays.open(path / name, populate=populate)
+            arrays = SealedArrays.open(path / name)
         except FileNotFoundError as error:
             if missing_ok:
                 continue

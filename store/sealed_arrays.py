@@ -22,6 +22,11 @@ Every byte is checked before anything is answered from it: the header and the bl
 KiB a file: 0.001 bytes per id), each block at the first read of it (a lookup reads a few; a scan, all). A
 worker's restart then checks what its first lookups read, not every file whole.
 
+A search, a scan's chunk or a check maps the pages it reads and unmaps them when it returns
+(``MADV_DONTNEED``): they stay in the page cache, as RocksDB's table blocks do, and the process keeps none of
+a file's pages, so its memory does not grow with the ids its files hold (nor its OOM score). A page is mapped
+again from the page cache at its next read, for less than a search's other steps.
+
 The guide (0.125 bytes per id, in the file: a search reads it from the mapping, and nothing is built at open
 or at a first search) bounds a binary search on the first halves of an id's slice, about 32 ids, that a
 batch's ids take in step (one numpy gather a step, so their reads of memory overlap): about 7 steps whatever
@@ -60,7 +65,6 @@ IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes o
 BLOCK_BYTES = 4096  # a page: a lookup's first read of a block checks 4 KiB
 _GUIDE_CHUNK = 1 << 20
 MAX_IDS = 2**32 - 1  # a guide's entries are u32
-_MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux's: elsewhere pages are mapped as they are touched
 
 
 def halves_of(bodies: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -115,7 +119,8 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
 
 @dataclass(frozen=True)
 class SealedArrays:
-    """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it.
+    """One file's ids, memory-mapped: the mapping lasts as long as this object or an array taken from it, its
+    pages only while a read of them runs (``release``).
 
     ``halves`` holds every id's two halves, as u64, side by side: an id's first half is at ``2 * row``, its
     second at ``2 * row + 1``. Nothing is read from them before the blocks it lies in are checked."""
@@ -129,13 +134,12 @@ class SealedArrays:
     data: np.ndarray  # the bytes the block table covers
     table: np.ndarray  # each block's CRC-32
     checked: np.ndarray  # each block's: checked already
+    mapping: mmap.mmap
 
     @classmethod
-    def open(cls, path: Path, *, populate: bool = False) -> SealedArrays:
+    def open(cls, path: Path) -> SealedArrays:
         """Map the file at ``path``; a file this layout did not write whole, or whose header or block table fails
-        its CRC, is refused. ``populate`` maps every page now (read from disk where the page cache lacks it):
-        otherwise a lookup's first touch of a page takes a page fault, which costs more than the rest of its
-        search."""
+        its CRC, is refused."""
         with open(path, "rb") as handle:
             size = handle.seek(0, 2)
             handle.seek(0)
@@ -153,14 +157,19 @@ class SealedArrays:
             table = np.frombuffer(handle.read(), dtype=np.uint32)
             if _header_crc(_HEADER.pack(MAGIC, count, first_seq, 0, prefix_bytes, prefix), table) != crc:
                 raise _corrupt(path, "its header or block table does not match the checksum its header carries")
-            flags = mmap.MAP_SHARED | (_MAP_POPULATE if populate else 0)
-            mapped = mmap.mmap(handle.fileno(), 0, flags=flags, prot=mmap.PROT_READ)
+            mapped = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
         data = np.frombuffer(mapped, dtype=np.uint8, count=data_bytes, offset=HEADER_BYTES)
         halves = data[: 16 * count].view(np.uint64)
         seqs = data[16 * count : 20 * count].view(np.uint32)
         guide = data[20 * count :].view(np.uint32)
         checked = np.zeros(table.size, dtype=bool)
-        return cls(path, prefix[:prefix_bytes], first_seq, halves, seqs, guide, data, table, checked)
+        return cls(path, prefix[:prefix_bytes], first_seq, halves, seqs, guide, data, table, checked, mapped)
+
+    def release(self) -> None:
+        """Unmap the pages reads mapped: they stay in the page cache, and the mapping stays valid (a read maps a
+        page again). A block checked once stays checked: the file never changes once written."""
+        if not self.mapping.closed:
+            self.mapping.madvise(mmap.MADV_DONTNEED)
 
     def _check_rows(self, low: np.ndarray, high: np.ndarray, at: int = 0, width: int = 16) -> None:
         """Check the blocks of the entries ``low[i]`` to ``high[i]`` (inclusive) of the column of ``width``-byte
@@ -228,25 +237,40 @@ class SealedArrays:
 
     def prepare(self) -> None:
         """Read the guide now rather than at the first search."""
-        _ = self._guide
+        try:
+            _ = self._guide
+        finally:
+            self.release()
 
     def verify(self) -> None:
         """Read the whole file and check every block against its CRC."""
-        self._check_all()
+        try:
+            self._check_all()
+        finally:
+            self.release()
 
     def seqs_of(self, bodies: bytes) -> np.ndarray:
         """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
         the file does not hold it."""
-        rows = self.rows_of(bodies)
-        held = np.flatnonzero(rows >= 0)
-        self._check_rows(rows[held], rows[held], 16 * len(self), 4)
-        found = np.full(rows.size, -1, dtype=np.int64)
-        found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
-        return found
+        try:
+            rows = self._rows_of(bodies)
+            held = np.flatnonzero(rows >= 0)
+            self._check_rows(rows[held], rows[held], 16 * len(self), 4)
+            found = np.full(rows.size, -1, dtype=np.int64)
+            found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
+            return found
+        finally:
+            self.release()
 
     def rows_of(self, bodies: bytes) -> np.ndarray:
         """Where in the file each 16-byte id of ``bodies`` (laid end to end, without the prefix) is, -1 where
         it does not hold it: whether it is held, without reading its number."""
+        try:
+            return self._rows_of(bodies)
+        finally:
+            self.release()
+
+    def _rows_of(self, bodies: bytes) -> np.ndarray:
         high, low = halves_of(bodies)
         count = len(self)
         if not count or not high.size:
@@ -275,6 +299,12 @@ class SealedArrays:
 
     def position(self, key: bytes) -> int:
         """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
+        try:
+            return self._position(key)
+        finally:
+            self.release()
+
+    def _position(self, key: bytes) -> int:
         self._check_all()
         if key[: len(self.prefix)] != self.prefix:
             return 0 if key < self.prefix else len(self)
@@ -295,22 +325,34 @@ class SealedArrays:
     def columns(self, chunk: int = 1_000_000) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """``(first halves, second halves, numbers)`` of the ids in key order, ``chunk`` at a time, as arrays:
         for readers of every id that need no key made (an id filter's build)."""
-        self._check_all()
-        for begin in range(0, len(self), chunk):
-            stop = begin + chunk
-            yield self.high[begin:stop], self.low[begin:stop], self.seqs[begin:stop].astype(np.int64) + self.first_seq
+        try:
+            self._check_all()
+            self.release()
+            for begin in range(0, len(self), chunk):
+                stop = begin + chunk
+                seqs = self.seqs[begin:stop].astype(np.int64) + self.first_seq
+                yield self.high[begin:stop], self.low[begin:stop], seqs
+                self.release()  # the chunk's reader is done with it: its pages go
+        finally:
+            self.release()
 
     def items(self, chunk: int = 65_536, start: int = 0) -> Iterator[tuple[list[bytes], list[int]]]:
         """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
         its prefix, as ``store.codec`` packs it."""
-        self._check_all()
-        for begin in range(start, len(self), chunk):
-            stop = begin + chunk
-            bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")
-            bodies[:, 0], bodies[:, 1] = self.high[begin:stop], self.low[begin:stop]
-            packed = bodies.tobytes()
-            keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
-            yield keys, (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
+        try:
+            self._check_all()
+            self.release()
+            for begin in range(start, len(self), chunk):
+                stop = begin + chunk
+                bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")
+                bodies[:, 0], bodies[:, 1] = self.high[begin:stop], self.low[begin:stop]
+                packed = bodies.tobytes()
+                keys = [self.prefix + packed[at : at + ID_BYTES] for at in range(0, len(packed), ID_BYTES)]
+                seqs = (self.seqs[begin:stop].astype(np.int64) + self.first_seq).tolist()
+                self.release()  # copied out: the chunk's pages go
+                yield keys, seqs
+        finally:
+            self.release()
 
 
 def _data_bytes(count: int) -> int:
