@@ -190,24 +190,25 @@ def main() -> None:
                 console.print(f"reusing the {args.prefilled_ids:,} ids bulk loaded into {prefilled_dir}")
             else:
                 console.print(f"bulk loaded {args.prefilled_ids:,} ids in {prefill_seconds:.0f}s")
-        # alternated, so that a burst of load from elsewhere on the machine hits both sides alike
+        # alternated, so that a burst of load from elsewhere on the machine hits both sides alike; the dedupectl
+        # runs of a round go in reverse order every other round, so that none always follows the others
         for round_ in range(args.repeat):
             with console.status(f"round {round_ + 1}/{args.repeat}: plain transactional copy"):
                 runs["copy"].append(copy_run(round_))
-            with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run (and reading its output back)"):
-                runs["dedupectl"].append(dedupectl_run(round_))
+            compared = [("dedupectl", "dedupectl run (and reading its output back)", {})]
             if args.baseline_checkout:
-                with console.status(f"round {round_ + 1}/{args.repeat}: the baseline checkout's dedupectl run"):
-                    runs["baseline"].append(dedupectl_run(round_, checkout=args.baseline_checkout.resolve()))
+                checkout = {"checkout": args.baseline_checkout.resolve()}
+                compared.append(("baseline", "the baseline checkout's dedupectl run", checkout))
             for partitioner in args.also_partitioner:
-                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run --partitioner {partitioner}"):
-                    runs[f"partitioner {partitioner}"].append(dedupectl_run(round_, partitioner=partitioner))
+                name = f"partitioner {partitioner}"
+                compared.append((name, f"dedupectl run --partitioner {partitioner}", {"partitioner": partitioner}))
             if args.value_format == "avro":
-                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run --value-format avro"):
-                    runs["avro"].append(dedupectl_run(round_, avro=True))
+                compared.append(("avro", "dedupectl run --value-format avro", {"avro": True}))
             if args.prefilled_ids:
-                with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the pre-filled stores"):
-                    runs["dedupectl_prefilled"].append(dedupectl_run(round_, prefilled=True))
+                compared.append(("dedupectl_prefilled", "dedupectl run on the pre-filled stores", {"prefilled": True}))
+            for name, what, options in compared[::-1] if round_ % 2 else compared:
+                with console.status(f"round {round_ + 1}/{args.repeat}: {what}"):
+                    runs[name].append(dedupectl_run(round_, **options))
         with console.status("naive loop"):
             naive = _json_from(
                 [
