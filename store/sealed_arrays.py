@@ -45,8 +45,9 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, wraps
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -65,6 +66,7 @@ IDS_PER_SLICE = 32  # of the guide: about 7 search steps a lookup, 0.125 bytes o
 BLOCK_BYTES = 4096  # a page: a lookup's first read of a block checks 4 KiB
 _GUIDE_CHUNK = 1 << 20
 MAX_IDS = 2**32 - 1  # a guide's entries are u32
+_Result = TypeVar("_Result")
 
 
 def halves_of(bodies: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -115,6 +117,19 @@ def write(path: Path, prefix: bytes, bodies: bytes, seqs: np.ndarray, first_seq:
         partial.unlink(missing_ok=True)
         raise
     commit(partial, path)
+
+
+def _releasing(read: Callable[..., _Result]) -> Callable[..., _Result]:
+    """A read of the file that unmaps the pages it mapped when it returns (``SealedArrays.release``)."""
+
+    @wraps(read)
+    def released(self: SealedArrays, *args, **kwargs) -> _Result:
+        try:
+            return read(self, *args, **kwargs)
+        finally:
+            self.release()
+
+    return released
 
 
 @dataclass(frozen=True)
@@ -235,40 +250,32 @@ class SealedArrays:
     def file_bytes(self) -> int:
         return _file_size(len(self))
 
+    @_releasing
     def prepare(self) -> None:
         """Read the guide now rather than at the first search."""
-        try:
-            _ = self._guide
-        finally:
-            self.release()
+        _ = self._guide
 
+    @_releasing
     def verify(self) -> None:
         """Read the whole file and check every block against its CRC."""
-        try:
-            self._check_all()
-        finally:
-            self.release()
+        self._check_all()
 
+    @_releasing
     def seqs_of(self, bodies: bytes) -> np.ndarray:
         """The sequence number of each 16-byte id of ``bodies`` (laid end to end, without the prefix), -1 where
         the file does not hold it."""
-        try:
-            rows = self._rows_of(bodies)
-            held = np.flatnonzero(rows >= 0)
-            self._check_rows(rows[held], rows[held], 16 * len(self), 4)
-            found = np.full(rows.size, -1, dtype=np.int64)
-            found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
-            return found
-        finally:
-            self.release()
+        rows = self._rows_of(bodies)
+        held = np.flatnonzero(rows >= 0)
+        self._check_rows(rows[held], rows[held], 16 * len(self), 4)
+        found = np.full(rows.size, -1, dtype=np.int64)
+        found[held] = self.seqs.take(rows[held]).astype(np.int64) + self.first_seq
+        return found
 
+    @_releasing
     def rows_of(self, bodies: bytes) -> np.ndarray:
         """Where in the file each 16-byte id of ``bodies`` (laid end to end, without the prefix) is, -1 where
         it does not hold it: whether it is held, without reading its number."""
-        try:
-            return self._rows_of(bodies)
-        finally:
-            self.release()
+        return self._rows_of(bodies)
 
     def _rows_of(self, bodies: bytes) -> np.ndarray:
         high, low = halves_of(bodies)
@@ -297,14 +304,9 @@ class SealedArrays:
         held = (at < count) & (found_high == high) & (self._low_at(row) == low)
         return np.where(held, row, -1)
 
+    @_releasing
     def position(self, key: bytes) -> int:
         """How many of the file's ids (each with its prefix, as ``store.codec`` packs it) sort below ``key``."""
-        try:
-            return self._position(key)
-        finally:
-            self.release()
-
-    def _position(self, key: bytes) -> int:
         self._check_all()
         if key[: len(self.prefix)] != self.prefix:
             return 0 if key < self.prefix else len(self)
