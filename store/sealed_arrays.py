@@ -183,8 +183,7 @@ class SealedArrays:
     def release(self) -> None:
         """Unmap the pages reads mapped: they stay in the page cache, and the mapping stays valid (a read maps a
         page again). A block checked once stays checked: the file never changes once written."""
-        if not self.mapping.closed:
-            self.mapping.madvise(mmap.MADV_DONTNEED)
+        self.mapping.madvise(mmap.MADV_DONTNEED)
 
     def _check_rows(self, low: np.ndarray, high: np.ndarray, at: int = 0, width: int = 16) -> None:
         """Check the blocks of the entries ``low[i]`` to ``high[i]`` (inclusive) of the column of ``width``-byte
@@ -328,8 +327,7 @@ class SealedArrays:
         """``(first halves, second halves, numbers)`` of the ids in key order, ``chunk`` at a time, as arrays:
         for readers of every id that need no key made (an id filter's build)."""
         try:
-            self._check_all()
-            self.release()
+            self.verify()
             for begin in range(0, len(self), chunk):
                 stop = begin + chunk
                 seqs = self.seqs[begin:stop].astype(np.int64) + self.first_seq
@@ -342,8 +340,7 @@ class SealedArrays:
         """``(keys, seqs)`` of the ids from the ``start``-th on in key order, ``chunk`` at a time: each key with
         its prefix, as ``store.codec`` packs it."""
         try:
-            self._check_all()
-            self.release()
+            self.verify()
             for begin in range(start, len(self), chunk):
                 stop = begin + chunk
                 bodies = np.empty((min(stop, len(self)) - begin, 2), dtype=">u8")
