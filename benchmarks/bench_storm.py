@@ -1,7 +1,8 @@
 """A retry storm: ``dedupectl run`` on input whose duplicates are ids spread over the whole window of its stores.
 
     python benchmarks/bench_storm.py [--count 1000000] [--duplicates 0.3] [--small-ids 1000000]
-        [--large-ids 100000000] [--repeat 3] [--large-dir DIR] [--out benchmarks/results/storm.json]
+        [--large-ids 100000000] [--repeat 3] [--large-dir DIR] [--without-sealed-arrays [--runs-dir DIR]]
+        [--out benchmarks/results/storm.json]
 
 Two data directories are bulk loaded (``store.bulk_load``, as ``dedupectl rebuild`` makes a store), one holding
 ``--small-ids`` and one ``--large-ids`` ids in all, a quarter in each of 4 partitions' stores. Each is given its
@@ -16,6 +17,11 @@ large stores' median run is reported against the small stores'.
 
 ``--large-dir`` keeps the large bulk load between invocations (``bench_worker.py --prefilled-dir`` makes the
 same one for topic ``in``: the two can share it).
+
+``--without-sealed-arrays`` also bulk loads the large stores without sealed arrays (every generation a RocksDB
+run, ``benchmarks/without_sealed_arrays.py``; kept in ``--runs-dir``) and runs the same storm on them each round,
+on the large stores' broker: the large stores' median run is then also reported against theirs, which is what
+the sealed arrays buy end to end.
 """
 
 from __future__ import annotations
@@ -109,12 +115,15 @@ def produce(kafka: KafkaConfig, events: list[tuple[int, bytes, bytes]]) -> None:
         raise SystemExit("the storm's events were not all delivered")
 
 
-def run_worker(kafka: KafkaConfig, prefilled: Path, scratch: Path, name: str, max_keys: int) -> dict:
+def run_worker(
+    kafka: KafkaConfig, prefilled: Path, scratch: Path, name: str, max_keys: int, *, sealed_arrays: bool = True
+) -> dict:
     output = f"out-{name}"
     create_topics(kafka, [output], PARTITIONS)
     data_dir = scratch / f"data-{name}"
     linked_copy(prefilled, data_dir)
-    command = [sys.executable, "-m", "dedupectl.cli.app", "run", "-b", kafka.bootstrap_servers, "-t", TOPIC]
+    program = ["-m", "dedupectl.cli.app"] if sealed_arrays else [str(ROOT / "benchmarks/without_sealed_arrays.py")]
+    command = [sys.executable, *program, "run", "-b", kafka.bootstrap_servers, "-t", TOPIC]
     command += ["-o", output, "-d", str(data_dir), "--worker-id", f"storm-{name}", "--group-id", f"storm-{name}"]
     command += ["--exit-on-idle", "3", "--log-level", "warning", "--json", "--max-keys", str(max_keys)]
     completed = subprocess.run(command, capture_output=True, text=True, check=False, cwd=ROOT)
@@ -143,17 +152,31 @@ def main() -> None:
     parser.add_argument("--large-ids", type=int, default=100_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--large-dir", type=Path, help="where to keep the large bulk load between invocations")
+    parser.add_argument(
+        "--without-sealed-arrays",
+        action="store_true",
+        help="also run on the large stores loaded without sealed arrays (every generation a RocksDB run)",
+    )
+    parser.add_argument("--runs-dir", type=Path, help="where to keep that bulk load between invocations")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/storm.json")
     args = parser.parse_args()
     sizes = {"small": args.small_ids, "large": args.large_ids}
+    if args.without_sealed_arrays:
+        sizes["runs"] = args.large_ids  # the large stores' ids, on the large stores' broker
+    broker_of = {"small": "small", "large": "large", "runs": "large"}
 
     with tempfile.TemporaryDirectory(prefix="dedupectl-storm-") as scratch_name:
         scratch = Path(scratch_name)
-        dirs = {"small": scratch / "small", "large": args.large_dir or scratch / "large"}
+        dirs = {
+            "small": scratch / "small",
+            "large": args.large_dir or scratch / "large",
+            "runs": args.runs_dir or scratch / "runs",
+        }
         load_seconds = {}
         for size, ids in sizes.items():
-            with console.status(f"bulk loading {ids:,} ids into {PARTITIONS} stores"):
-                load_seconds[size] = reuse_or_prefill(dirs[size], TOPIC, PARTITIONS, ids)
+            kind = " without sealed arrays" if size == "runs" else ""
+            with console.status(f"bulk loading {ids:,} ids into {PARTITIONS} stores{kind}"):
+                load_seconds[size] = reuse_or_prefill(dirs[size], TOPIC, PARTITIONS, ids, sealed_arrays=size != "runs")
         with LocalBroker(scratch / "broker-small") as small, LocalBroker(scratch / "broker-large") as large:
             brokers = {"small": KafkaConfig(small.bootstrap_servers), "large": KafkaConfig(large.bootstrap_servers)}
             for size, kafka in brokers.items():
@@ -161,15 +184,20 @@ def main() -> None:
                 with console.status(f"producing the storm over the {size} stores"):
                     events = storm_input(args.count, args.duplicates, sizes[size] // PARTITIONS, seed=11)
                     produce(kafka, events)
-            runs: dict[str, list[dict]] = {"small": [], "large": []}
+            runs: dict[str, list[dict]] = {size: [] for size in sizes}
             for round_ in range(args.repeat):
-                for size in ("small", "large"):  # alternated: a burst of load elsewhere hits both alike
+                # alternated, in reverse every other round: a burst of load elsewhere, or a drift within the
+                # invocation, hits every kind of store alike
+                for size in list(sizes)[:: -1 if round_ % 2 else 1]:
                     # the bound the bulk load sized each filter for (another rebuilds it at the first lookup);
                     # it holds what the stores have and the run's ids: nothing ages
                     max_keys = sizes[size] // PARTITIONS * 2
+                    kafka = brokers[broker_of[size]]
                     with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the {size} stores"):
-                        run = run_worker(brokers[size], dirs[size], scratch, f"{size}-{round_}", max_keys)
-                    run["check"] = check_output(brokers[size], run.pop("output"), new_ids(args))
+                        run = run_worker(
+                            kafka, dirs[size], scratch, f"{size}-{round_}", max_keys, sealed_arrays=size != "runs"
+                        )
+                    run["check"] = check_output(kafka, run.pop("output"), new_ids(args))
                     runs[size].append(run)
     report_and_exit(args, sizes, load_seconds, runs)
 
@@ -184,18 +212,23 @@ def report_and_exit(args: argparse.Namespace, sizes: dict, load_seconds: dict, r
     checks = [run.pop("check") for size_runs in runs.values() for run in size_runs]
     medians = {size: _median(size_runs) for size, size_runs in runs.items()}
     ratio = medians["large"]["messages_per_second"] / medians["small"]["messages_per_second"]
+    with_arrays = None
+    if "runs" in medians:
+        with_arrays = medians["large"]["messages_per_second"] / medians["runs"]["messages_per_second"]
     table = Table(title=f"a retry storm: {args.count:,} events, {args.duplicates:.0%} of them held ids")
     for column in ("stores holding", "messages/s (median)", "runs", "peak RSS MB"):
         table.add_column(column, justify="right")
     for size, median in medians.items():
         table.add_row(
-            f"{sizes[size]:,} ids",
+            f"{sizes[size]:,} ids" + (", no sealed arrays" if size == "runs" else ""),
             f"{median['messages_per_second']:,.0f}",
             ", ".join(f"{run['messages_per_second']:,.0f}" for run in runs[size]),
             f"{median['peak_rss_mb']:.0f}",
         )
     console.print(table)
     console.print(f"large ÷ small: {ratio:.2f}x (median runs)")
+    if with_arrays is not None:
+        console.print(f"large ÷ large without sealed arrays: {with_arrays:.2f}x (median runs)")
     bad = [check for check in checks if not check.exactly_once]
     console.print(
         f"output check: {len(checks) - len(bad)}/{len(checks)} runs held each new id once and no held id"
@@ -209,6 +242,7 @@ def report_and_exit(args: argparse.Namespace, sizes: dict, load_seconds: dict, r
         "load_seconds": load_seconds,
         "runs": runs,
         "large_vs_small": ratio,
+        "large_vs_large_without_sealed_arrays": with_arrays,
         "output_checks": [check.__dict__ for check in checks],
         "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }

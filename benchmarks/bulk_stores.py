@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.without_sealed_arrays import no_sealed_arrays
 from store.bulk_load import LoadLayout, ingest, write_bucket_places
 from store.clock import now_ms
 from store.codec import StoreState
@@ -115,15 +116,21 @@ def kept_or_made(marker: Path, wanted: dict, make: Callable[[], float]) -> tuple
     return seconds, False
 
 
-def reuse_or_prefill(data_dir: Path, topic: str, partitions: int, total: int) -> float | None:
+def reuse_or_prefill(
+    data_dir: Path, topic: str, partitions: int, total: int, *, sealed_arrays: bool = True
+) -> float | None:
     """``prefill_data_dir`` unless ``data_dir`` holds what it would make already; returns the seconds it took,
-    None when reused."""
+    None when reused. ``sealed_arrays=False`` loads stores whose generations all stay RocksDB runs
+    (``benchmarks/without_sealed_arrays.py``)."""
 
     def make() -> float:
         shutil.rmtree(data_dir, ignore_errors=True)
-        return prefill_data_dir(data_dir, topic, partitions, total)
+        if sealed_arrays:
+            return prefill_data_dir(data_dir, topic, partitions, total)
+        with no_sealed_arrays():
+            return prefill_data_dir(data_dir, topic, partitions, total)
 
-    wanted = {"topic": topic, "partitions": partitions, "ids": total}
+    wanted = {"topic": topic, "partitions": partitions, "ids": total, "sealed_arrays": sealed_arrays}
     seconds, kept = kept_or_made(data_dir / "prefilled.json", wanted, make)
     return None if kept else seconds
 
