@@ -17,6 +17,7 @@ from benchmarks.without_sealed_arrays import no_sealed_arrays
 from store.bulk_load import LoadLayout, ingest, write_bucket_places
 from store.clock import now_ms
 from store.codec import StoreState
+from store.generation_arrays import SUFFIX
 from store.layout import store_path
 
 _HEX = np.frombuffer(b"0123456789abcdef", np.uint8)
@@ -136,10 +137,11 @@ def reuse_or_prefill(
 
 
 def linked_copy(source: Path, target: Path) -> None:
-    """A copy of a data directory whose SST files are hard links (RocksDB never changes a written SST file)."""
+    """A copy of a data directory whose SST files and sealed arrays are hard links: neither is changed once
+    written. (A copy of gigabytes of arrays would still be written back to disk during the run it is for.)"""
 
     def link_or_copy(src: str, dst: str) -> None:
-        if src.endswith(".sst"):
+        if src.endswith((".sst", SUFFIX)):
             os.link(src, dst)
         else:
             shutil.copy2(src, dst)
