@@ -63,7 +63,9 @@ def test_late_retries_of_aged_ids_do_not_make_aged_ids_missing(make_pipeline):
     # the live window is a-2800..a-2999 then the second run: every record before a-2800 is older than it
     records = [(offset, message_id) for batch in scan_output(pipeline.kafka, pipeline.output_topic, 0, -1)
                for offset, message_id in zip(batch.offsets, batch.ids, strict=True)]  # fmt: skip
-    assert [message_id for offset, message_id in records if offset == cut_offset] == [b"a-002800"]
+    at_cut = [message_id for offset, message_id in records if offset == cut_offset]
+    where = {message_id: offset for offset, message_id in records if message_id in (b"a-002800", b"a-002999")}
+    assert at_cut == [b"a-002800"], f"store {before}, window cut at {cut_offset}; output offsets {where}"
 
     code, report = pipeline.reconcile("-p", "0")
     found = only_partition(report)
