@@ -1,7 +1,7 @@
 """A retry storm: ``dedupectl run`` on input whose duplicates are ids spread over the whole window of its stores.
 
     python benchmarks/bench_storm.py [--count 1000000] [--duplicates 0.3] [--small-ids 1000000]
-        [--large-ids 100000000] [--repeat 3] [--large-dir DIR] [--without-sealed-arrays [--runs-dir DIR]]
+        [--large-ids 100000000] [--repeat 3] [--large-dir DIR] [--without-sealed-arrays [--runs-dir DIR]] [--cold]
         [--out benchmarks/results/storm.json]
 
 Two data directories are bulk loaded (``store.bulk_load``, as ``dedupectl rebuild`` makes a store), one holding
@@ -22,6 +22,9 @@ same one for topic ``in``: the two can share it).
 run, ``benchmarks/without_sealed_arrays.py``; kept in ``--runs-dir``) and runs the same storm on them each round,
 on the large stores' broker: the large stores' median run is then also reported against theirs, which is what
 the sealed arrays buy end to end.
+
+``--cold`` drops the page cache before each run (root only): each worker starts as after its machine's restart,
+its stores' files on disk only (the broker's log too).
 """
 
 from __future__ import annotations
@@ -116,12 +119,21 @@ def produce(kafka: KafkaConfig, events: list[tuple[int, bytes, bytes]]) -> None:
 
 
 def run_worker(
-    kafka: KafkaConfig, prefilled: Path, scratch: Path, name: str, max_keys: int, *, sealed_arrays: bool = True
+    kafka: KafkaConfig,
+    prefilled: Path,
+    scratch: Path,
+    name: str,
+    max_keys: int,
+    *,
+    sealed_arrays: bool = True,
+    cold: bool = False,
 ) -> dict:
     output = f"out-{name}"
     create_topics(kafka, [output], PARTITIONS)
     data_dir = scratch / f"data-{name}"
     linked_copy(prefilled, data_dir)
+    if cold:
+        drop_page_cache()
     program = ["-m", "dedupectl.cli.app"] if sealed_arrays else [str(ROOT / "benchmarks/without_sealed_arrays.py")]
     command = [sys.executable, *program, "run", "-b", kafka.bootstrap_servers, "-t", TOPIC]
     command += ["-o", output, "-d", str(data_dir), "--worker-id", f"storm-{name}", "--group-id", f"storm-{name}"]
@@ -138,6 +150,15 @@ def run_worker(
         "messages_per_second": round(run["consumed"] / run["busy_seconds"], 1),
         "output": output,
     }
+
+
+def drop_page_cache() -> None:
+    """Write dirty pages back, then drop the clean ones from the page cache."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as error:
+        raise SystemExit(f"--cold needs to write /proc/sys/vm/drop_caches (root): {error}") from None
 
 
 def _median(runs: list[dict]) -> dict:
@@ -158,6 +179,7 @@ def main() -> None:
         help="also run on the large stores loaded without sealed arrays (every generation a RocksDB run)",
     )
     parser.add_argument("--runs-dir", type=Path, help="where to keep that bulk load between invocations")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before each run (root only)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/storm.json")
     args = parser.parse_args()
     sizes = {"small": args.small_ids, "large": args.large_ids}
@@ -195,7 +217,13 @@ def main() -> None:
                     kafka = brokers[broker_of[size]]
                     with console.status(f"round {round_ + 1}/{args.repeat}: dedupectl run on the {size} stores"):
                         run = run_worker(
-                            kafka, dirs[size], scratch, f"{size}-{round_}", max_keys, sealed_arrays=size != "runs"
+                            kafka,
+                            dirs[size],
+                            scratch,
+                            f"{size}-{round_}",
+                            max_keys,
+                            sealed_arrays=size != "runs",
+                            cold=args.cold,
                         )
                     run["check"] = check_output(kafka, run.pop("output"), new_ids(args))
                     runs[size].append(run)
@@ -238,6 +266,7 @@ def report_and_exit(args: argparse.Namespace, sizes: dict, load_seconds: dict, r
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "count": args.count,
         "duplicate_ratio": args.duplicates,
+        "cold": args.cold,
         "sizes": sizes,
         "load_seconds": load_seconds,
         "runs": runs,
