@@ -34,7 +34,10 @@ def stream(kafka_broker, tmp_path_factory):
     kafka, name = KafkaConfig(kafka_broker.bootstrap_servers), f"trace-{uuid.uuid4().hex[:8]}"
     create_topics(kafka, [name, f"{name}-out", f"{name}.dead-letter"], PARTITIONS)
     pipeline = Pipeline(kafka, name, f"{name}-out", f"{name}.dead-letter", PARTITIONS, tmp_path_factory.mktemp("trace"))
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "partitioner": "murmur2_random"})
+    # idempotent: a retried batch keeps its place, and "aged" must come before the fillers that age it out
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap_servers, "partitioner": "murmur2_random", "enable.idempotence": True}
+    )
 
     sent = []
 

@@ -62,7 +62,10 @@ class Pipeline:
         return summary
 
     def produce_input(self, ids: Sequence[bytes], partition: int = 0) -> None:
-        producer = Producer({"bootstrap.servers": self.kafka.bootstrap_servers, "linger.ms": 5})
+        # idempotent: a retried batch keeps its place, and the tests read the output in the order sent
+        producer = Producer(
+            {"bootstrap.servers": self.kafka.bootstrap_servers, "linger.ms": 5, "enable.idempotence": True}
+        )
         for message_id in ids:
             value = json.dumps({"messageId": message_id.decode(), "type": "track"}).encode()
             producer.produce(self.input_topic, value=value, key=message_id, partition=partition)

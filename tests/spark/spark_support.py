@@ -117,7 +117,10 @@ class Pipeline:
     # -- records by hand -------------------------------------------------------------------------------
 
     def produce(self, topic: str, records: Iterable[Record]) -> int:
-        producer = Producer({"bootstrap.servers": self.kafka.bootstrap_servers, "linger.ms": 5})
+        # idempotent: a retried batch keeps its place in the order sent
+        producer = Producer(
+            {"bootstrap.servers": self.kafka.bootstrap_servers, "linger.ms": 5, "enable.idempotence": True}
+        )
         count = 0
         for record in records:
             kwargs = {} if record.timestamp_ms is None else {"timestamp": record.timestamp_ms}
