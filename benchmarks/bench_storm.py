@@ -55,18 +55,21 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
+from store.bulk_load import LoadLayout  # noqa: E402
 
 console = Console()
 PARTITIONS = 4
 TOPIC = "in"  # the topic the bulk-loaded stores are of
 
 
-def held_ids(partition: int, per_store: int, draws: int, rng: np.random.Generator) -> list[bytes]:
+def held_ids(
+    partition: int, per_store: int, draws: int, rng: np.random.Generator, layout: LoadLayout = PREFILL_LAYOUT
+) -> list[bytes]:
     """``draws`` distinct ids of one partition's bulk-loaded store, drawn uniformly over all it holds (the
-    store's buckets made again from their seeds, as ``bulk_stores.prefill_data_dir`` made them)."""
+    store's buckets of ``layout`` made again from their seeds, as ``bulk_stores.prefill_data_dir`` made them)."""
     positions = np.sort(rng.choice(per_store, size=draws, replace=False))
     chosen: list[bytes] = []
-    bucket_size = PREFILL_LAYOUT.bucket_ids
+    bucket_size = layout.bucket_ids
     for bucket in range(-(-per_store // bucket_size)):
         low = bucket * bucket_size
         size = min(bucket_size, per_store - low)

@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -126,9 +127,7 @@ def reuse_or_prefill(
 
     def make() -> float:
         shutil.rmtree(data_dir, ignore_errors=True)
-        if sealed_arrays:
-            return prefill_data_dir(data_dir, topic, partitions, total)
-        with no_sealed_arrays():
+        with nullcontext() if sealed_arrays else no_sealed_arrays():
             return prefill_data_dir(data_dir, topic, partitions, total)
 
     wanted = {"topic": topic, "partitions": partitions, "ids": total, "sealed_arrays": sealed_arrays}

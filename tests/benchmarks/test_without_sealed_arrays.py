@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.bulk_stores import bucket_ids, bulk_load_store
+from benchmarks.bench_storm import held_ids
+from benchmarks.bulk_stores import bulk_load_store
 from benchmarks.without_sealed_arrays import no_sealed_arrays
 from store.bulk_load import LoadLayout
 from store.dedup_store import DedupStore
@@ -23,9 +24,7 @@ COUNT = 25_000
 def _load(path, window: int) -> list[bytes]:
     """Bulk load the store; 3,000 of the ids it holds, drawn over all its buckets."""
     bulk_load_store(path, topic="in", partition=1, count=COUNT, layout=LAYOUT, seed=1, window_ids=window)
-    sizes = [min(LAYOUT.bucket_ids, COUNT - low) for low in range(0, COUNT, LAYOUT.bucket_ids)]
-    loaded = np.concatenate([bucket_ids(1, bucket, size) for bucket, size in enumerate(sizes)])
-    return [bytes(one) for one in np.random.default_rng(4).choice(loaded, 3_000, replace=False)]
+    return held_ids(1, COUNT, 3_000, np.random.default_rng(4), LAYOUT)
 
 
 def test_a_store_loaded_and_opened_without_sealed_arrays_keeps_its_sealed_generations_as_runs(
