@@ -242,10 +242,20 @@ def extract_ids(
 
 
 def _schema_ids(decoder, keys, values, id_field: str, headers, id_header):
-    """``extract_ids`` for values in the wire format: every value is checked, so each record takes one path."""
+    """``extract_ids`` for values in the wire format: every value is checked. Where every id is in an Avro
+    value, the fields are read in one loop (``WireDecoder.avro_fields``) and a plain string id is taken as it
+    is; any other record takes ``extract_id``'s full path."""
     tokens, ids, dead = pointer_tokens(id_field), [], []
     every_headers = headers if headers is not None else [None] * len(keys)
-    for index, (key, value, record_headers) in enumerate(zip(keys, values, every_headers, strict=True)):
+    plain = [None] * len(keys)
+    if id_header is None and not any(keys):
+        plain = decoder.avro_fields(values, tokens)
+    for index, (key, value, record_headers, field) in enumerate(zip(keys, values, every_headers, plain, strict=True)):
+        if type(field) is str and field.strip():
+            found = field.encode()
+            if len(found) <= MAX_ID_BYTES:
+                ids.append(found)
+                continue
         try:
             ids.append(_schema_id(decoder, key, value, id_field, tokens, record_headers, id_header))
         except DeadLetter as reason:

@@ -143,6 +143,39 @@ def test_a_batch_gives_the_same_answers_as_one_record_at_a_time(avro):
     ]
 
 
+@pytest.mark.parametrize("id_field", ["messageId", "/context/messageId", "rawId", "count"])
+def test_a_batch_of_ids_in_avro_values_gives_the_same_answers_as_one_record_at_a_time(avro, id_field):
+    whole = avro_value(7, avro_event("m", context_id="c"))
+    values = [
+        avro_value(7, avro_event("a", context_id="ca", rawId=b"r")),
+        b"{not avro",
+        None,
+        b"\x00\x00\x00",
+        whole[:6],
+        whole[:-3],
+        whole[:5] + b"\x04",
+        b"\x01" + whole[1:],
+        avro_value(99, avro_event("m")),
+        avro_value(7, avro_event(None)),
+        avro_value(7, avro_event("  ", context_id=" ")),
+        avro_value(7, avro_event("\u00a0", context_id="\u00a0")),
+        avro_value(7, avro_event("x" * 300, context_id="y" * 300)),
+        avro_value(7, avro_event("é" * 200, context_id="é" * 200)),
+        avro_value(7, avro_event("b", context_id="cb", count=5)),
+    ]
+    one_at_a_time = []
+    for value in values:
+        try:
+            one_at_a_time.append(extract_id(None, value, "avro", id_field, schemas=avro))
+        except DeadLetter as letter:
+            one_at_a_time.append(letter.reason)
+    ids, dead = extract_ids([None] * len(values), values, "avro", id_field, schemas=avro)
+    reasons = dict((index, letter.reason) for index, letter in dead)
+    assert [reasons.get(index, found) for index, found in enumerate(ids)] == one_at_a_time
+    first = {"messageId": b"a", "/context/messageId": b"ca", "rawId": b"r", "count": DeadLetterReason.INVALID_ID}
+    assert one_at_a_time[0] == first[id_field]
+
+
 def test_schema_files_are_parsed_once_per_process(avro):
     assert decoder_for(avro) is decoder_for(avro)
 
