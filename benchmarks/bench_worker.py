@@ -28,6 +28,7 @@ of run read each id from the value's ``messageId`` field; by default (``key``) t
 With ``--baseline-checkout DIR`` (a checkout of an earlier commit, e.g. ``git worktree add DIR COMMIT``), each
 round also runs that checkout's ``dedupectl run`` (its code, this interpreter and its packages) on the same
 input, after this checkout's: its throughput is reported beside this one's, as a ratio of the median runs.
+With ``--value-format avro`` too, it also runs on the Avro events, reported against this checkout's Avro runs.
 
 Throughput is measured from the first record consumed to the last transaction committed. Every dedupectl
 run's output is read back (read_committed) to check it is exactly once. Prints a table and writes
@@ -182,6 +183,8 @@ def main() -> None:
             runs[f"partitioner {partitioner}"] = []
         if args.value_format == "avro":
             runs["avro"] = []
+            if args.baseline_checkout:
+                runs["baseline avro"] = []
         if args.prefilled_ids:
             runs["dedupectl_prefilled"] = []
             with console.status(f"bulk loading {args.prefilled_ids:,} ids into {PARTITIONS} stores"):
@@ -204,6 +207,9 @@ def main() -> None:
                 compared.append((name, f"dedupectl run --partitioner {partitioner}", {"partitioner": partitioner}))
             if args.value_format == "avro":
                 compared.append(("avro", "dedupectl run --value-format avro", {"avro": True}))
+                if args.baseline_checkout:
+                    what = "the baseline checkout's dedupectl run --value-format avro"
+                    compared.append(("baseline avro", what, {**checkout, "avro": True}))
             if args.prefilled_ids:
                 compared.append(("dedupectl_prefilled", "dedupectl run on the pre-filled stores", {"prefilled": True}))
             for name, what, options in compared[::-1] if round_ % 2 else compared:
@@ -241,6 +247,7 @@ def main() -> None:
     shown = ["copy", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
     shown += [f"partitioner {partitioner}" for partitioner in args.also_partitioner]
     shown += ["avro"] if args.value_format == "avro" else []
+    shown += ["baseline avro"] if args.value_format == "avro" and args.baseline_checkout else []
     for name in shown + (["dedupectl_prefilled"] if args.prefilled_ids else []):
         figures = results[name]
         ratio = ours / figures["messages_per_second"] if figures["messages_per_second"] else float("nan")
@@ -294,6 +301,11 @@ def main() -> None:
         theirs = results["avro"]["messages_per_second"]
         report["ratios"]["avro_vs_json"] = theirs / ours
         console.print(f"Avro ids: {theirs / ours:.3f}x the throughput of JSON ids on the same events (median runs)")
+        if args.baseline_checkout:
+            report["ratios"]["avro_vs_baseline_avro"] = theirs / results["baseline avro"]["messages_per_second"]
+            console.print(
+                f"Avro ids: {report['ratios']['avro_vs_baseline_avro']:.3f}x the baseline checkout's (median runs)"
+            )
     if args.prefilled_ids:
         report["ratios"]["prefilled_vs_empty"] = results["dedupectl_prefilled"]["messages_per_second"] / ours
         console.print(
