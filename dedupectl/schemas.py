@@ -275,9 +275,12 @@ class WireDecoder:
         for value in values:
             try:
                 magic, schema_id = unpack(value)
-                if schema_id != known_id or magic != MAGIC_BYTE:
+                if magic != MAGIC_BYTE:
+                    append(None)
+                    continue
+                if schema_id != known_id:
                     schema = self._schemas.get(schema_id)
-                    if magic != MAGIC_BYTE or not isinstance(schema, _AvroSchema):
+                    if not isinstance(schema, _AvroSchema):
                         append(None)
                         continue
                     known_id, cut = schema_id, schema.cut(tokens)
