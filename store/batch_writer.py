@@ -4,8 +4,11 @@ output offsets and digests in ``times``, and the covered offsets in ``meta``, in
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
 
+import numpy as np
 from rocksdict import WriteBatch
 
 from store.codec import META_STATE, StoreState, encode_ids, encode_seq, encode_seq_values, encode_state
@@ -48,12 +51,18 @@ class BatchWriter:
             if sealed:
                 self._filters.sealed()
             put = batch.put
-            # in key order: the memtable's skip list takes sorted keys about 20% faster, more than the sort costs
-            ordered = sorted(range(count), key=keys.__getitem__)
-            if len(starts) == 1:  # the usual batch: all in the newest generation
-                handle = starts[0][1].handle
-                for index in ordered:
-                    put(keys[index], values[index], handle)
+            # in key order: the memtable's skip list takes sorted keys faster, by more than the sort costs
+            ordered = key_order(keys)
+            if len(starts) == 1:  # the usual batch: all in the newest generation (a C-level loop: one put per id)
+                deque(
+                    map(
+                        put,
+                        map(keys.__getitem__, ordered),
+                        map(values.__getitem__, ordered),
+                        repeat(starts[0][1].handle),
+                    ),
+                    0,
+                )
             else:
                 firsts = [start for start, _ in starts]
                 for index in ordered:
@@ -70,3 +79,14 @@ class BatchWriter:
         batch.put(META_STATE, encode_state(new_state), self._database.meta_handle)
         self._database.write(batch)
         return new_state, keys or []
+
+
+def key_order(keys: list[bytes]) -> list[int]:
+    """The indexes of ``keys`` in key order; keys all of one width of 8 bytes or more (the usual batch) in the
+    order of their first 8 bytes: the order only speeds the memtable up, and ids differ within their first
+    bytes."""
+    count, width = len(keys), len(keys[0])
+    if count > 1 and width >= 8 and set(map(len, keys)) == {width}:
+        prefixes = np.ndarray((count,), ">u8", b"".join(keys), 0, (width,))
+        return prefixes.argsort(kind="stable").tolist()
+    return sorted(range(count), key=keys.__getitem__)

@@ -44,6 +44,7 @@ FINGERPRINT_BITS = 16 - GROUP_BITS
 LOAD = 0.93  # the share of slots the filter is sized to fill; two choices of eight slots rarely need a kick
 FALSE_POSITIVE_RATE = 2 * SLOTS / ((1 << FINGERPRINT_BITS) - 1)
 MAX_KICKS = 500
+_APART_MAX_CELLS = 1 << 20  # cells a batch's buckets fall into when placed apart (8 per id, up to this)
 MOVE_ROUNDS = 4  # rounds of one-deep moves for a batch before the rest are kicked one by one
 FILE_FORMAT = 4  # 4: the header's CRC-32 on a line of its own, the table followed by its CRC-32
 HASH_VERSION = 1  # bump when key_hashes changes: a saved filter with another version is rebuilt
@@ -198,14 +199,31 @@ class IdFilter:
         groups = ((seqs // self.span) % GROUPS).astype(np.uint16)
         entries = (fingerprints << np.uint16(GROUP_BITS)) | groups
         table = self.table
-        free_first = (table.take(first, axis=0) == 0).sum(axis=1)
-        free_second = (table.take(second, axis=0) == 0).sum(axis=1)
-        emptier = np.where(free_second > free_first, second, first)
-        fuller = np.where(free_second > free_first, first, second)
-        left = self._place(np.arange(hashes.size), emptier, entries)
+        free_first = table.take(first, axis=0) == 0
+        free_second = table.take(second, axis=0) == 0
+        second_emptier = free_second.sum(axis=1) > free_first.sum(axis=1)
+        emptier = np.where(second_emptier, second, first)
+        fuller = np.where(second_emptier, first, second)
+        left = self._place_apart(emptier, np.where(second_emptier[:, None], free_second, free_first), entries)
+        left = self._place(left, emptier[left], entries)
         left = self._place(left, fuller[left], entries)
         left = self._move_one_aside(left, first, second, entries)
         return all(self._kick_in(int(entries[i]), int(first[i])) for i in left)
+
+    def _place_apart(self, buckets: np.ndarray, free: np.ndarray, entries: np.ndarray) -> np.ndarray:
+        """Put each entry into the first free slot of its bucket (``free``: the bucket's free slots, read
+        before), where no other entry of the batch may go to the same bucket; returns the indexes of the
+        others (one of several, or no free slot), for ``_place``, which reads the table again. Most of a batch
+        goes here, without ``_place``'s sort."""
+        count = buckets.size
+        everyone = np.arange(count, dtype=np.int32)
+        cells = buckets & (min(_APART_MAX_CELLS, 1 << (8 * count).bit_length()) - 1)  # a bucket falls in one cell
+        marks = np.empty(int(cells.max()) + 1, np.int32)
+        marks[cells] = everyone
+        fits = (marks[cells] == everyone) & free.any(axis=1)  # the last of its cell only: one per bucket
+        placed = np.flatnonzero(fits)
+        self.table[buckets[placed], free[placed].argmax(axis=1)] = entries[placed]
+        return np.flatnonzero(~fits)
 
     def _place(self, chosen: np.ndarray, buckets: np.ndarray, entries: np.ndarray) -> np.ndarray:
         """Put ``entries[chosen]`` into ``buckets`` where a slot is free; returns those that did not fit."""

@@ -50,7 +50,8 @@ def encode_offsets(offsets: Sequence[int]) -> bytes:
     """The offsets section of a ``times`` value: the first offset, then nothing when the offsets are
     consecutive (a worker batch: one transaction, one writer), else each one's distance from the one before."""
     first, count = offsets[0], len(offsets)
-    if offsets[-1] - first == count - 1 and (count < 3 or all(map(int.__lt__, offsets, islice(offsets, 1, None)))):
+    ascending = (isinstance(offsets, range) and offsets.step == 1) or count < 3  # a range: a worker batch's offsets
+    if offsets[-1] - first == count - 1 and (ascending or all(map(int.__lt__, offsets, islice(offsets, 1, None)))):
         return _OFFSETS_HEAD.pack(first, 0)
     deltas = list(map(sub, islice(offsets, 1, None), offsets))
     if min(deltas) <= 0:
