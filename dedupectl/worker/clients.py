@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable
+from itertools import repeat
+from operator import length_hint
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -71,6 +74,37 @@ def produce_when_room(producer: Producer, topic: str, *args, **kwargs) -> None:
             return
         except BufferError:  # local queue full: let librdkafka deliver some, then retry
             producer.poll(0.05)
+
+
+def produce_all(
+    producer: Producer,
+    topic: str,
+    partition: int,
+    values: list[bytes | None],
+    keys: list[bytes],
+    timestamps_ms: list[int],
+    headers: list,
+) -> None:
+    """Produce records to one partition, parallel lists, in order: a C-level loop with positional arguments
+    (keywords cost the client a dictionary per record). When the local queue is full, the record refused
+    waits for room, and the loop goes on from the next one."""
+    start, count, produce = 0, len(values), producer.produce
+    while start < count:
+        rest = iter(values[start:])
+        try:  # produce's positional arguments: topic, value, key, partition, callback, on_delivery, timestamp, headers
+            deque(
+                map(produce, repeat(topic), rest, keys[start:], repeat(partition), repeat(None), repeat(None),
+                    timestamps_ms[start:], headers[start:]),
+                0,
+            )  # fmt: skip
+            return
+        except BufferError:  # map took the refused record's value from ``rest``, and nothing past it
+            refused = count - length_hint(rest) - 1
+            produce_when_room(
+                producer, topic, values[refused], keys[refused], partition,
+                timestamp=timestamps_ms[refused], headers=headers[refused],
+            )  # fmt: skip
+            start = refused + 1
 
 
 class Clients:

@@ -53,6 +53,8 @@ from store.damage import translated
 from store.memory import limit_heap_retention, release_free_memory
 from store.opening import require_writable_dir
 
+YOUNG_OBJECTS_BEFORE_COLLECTING = 100_000  # objects made and not freed before the cycle collector runs
+
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
 MEMORY_RELEASE_S = 60.0
@@ -153,6 +155,9 @@ class Worker:
         self._partitions.write_status()
         limit_heap_retention()  # glibc would otherwise keep freed batch buffers: RSS per id is a design target
         gc.freeze()  # what exists now lives for the run: the collector's full passes need not walk it again
+        # a batch's tens of thousands of records are freed together once it is done, and hold no cycle: at the
+        # default of 700 new objects the collector would walk every batch's records over and over
+        gc.set_threshold(YOUNG_OBJECTS_BEFORE_COLLECTING, *gc.get_threshold()[1:])
         try:
             self._loop(stop, exit_on_idle_s, on_progress)
         except KafkaException as error:  # outside a transaction: nothing in hand was committed or recorded

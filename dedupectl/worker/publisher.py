@@ -19,7 +19,7 @@ from dedupectl.config import WorkerConfig
 from dedupectl.errors import BrokerError
 from dedupectl.messages import DeadLetter
 from dedupectl.metrics import WorkerMetrics
-from dedupectl.worker.clients import Clients, ClientsLost, fatal_producer_error, produce_when_room
+from dedupectl.worker.clients import Clients, ClientsLost, fatal_producer_error, produce_all, produce_when_room
 from dedupectl.worker.crashpoint import CrashPoint
 from dedupectl.worker.duplicates import DroppedCopy
 from dedupectl.worker.plan import Plan
@@ -225,7 +225,7 @@ class TransactionalPublisher:
         """Produce every plan's records, dead letters and dropped copies; ``remember`` hears each partition's
         first and last, ``note_denied`` each dead letter's and copy's failure."""
         config, producer = self.config, self._clients.producer
-        produce, output_topic = producer.produce, config.output_topic
+        output_topic = config.output_topic
         for out in batch:
             if config.observe:  # it publishes nothing: only the copies it drops, to its own topic
                 self._produce_copies(out, note_denied)
@@ -244,15 +244,10 @@ class TransactionalPublisher:
                     timestamp=plan.timestamps_ms[0],
                     headers=headers[0],
                 )
-            for value, message_id, timestamp, header in zip(
-                plan.values[1:last], plan.ids[1:last], plan.timestamps_ms[1:last], headers[1:last], strict=True
-            ):
-                try:  # inline, not a helper call: this runs once per published record
-                    produce(output_topic, value, message_id, partition, timestamp=timestamp, headers=header)
-                except BufferError:
-                    produce_when_room(
-                        producer, output_topic, value, message_id, partition, timestamp=timestamp, headers=header
-                    )
+            produce_all(
+                producer, output_topic, partition,
+                plan.values[1:last], plan.ids[1:last], plan.timestamps_ms[1:last], headers[1:last],
+            )  # fmt: skip
             if last >= 0:  # the last one reports its output offset: the store's covered offset
                 produce_when_room(
                     producer,
