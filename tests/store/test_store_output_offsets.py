@@ -33,12 +33,14 @@ def store(tmp_path: Path):
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 513, 1_500])
-@pytest.mark.parametrize("kind", ["consecutive", "gaps", "wide gaps", None])
+@pytest.mark.parametrize("kind", ["consecutive", "consecutive range", "gaps", "stepped range", "wide gaps", None])
 @pytest.mark.parametrize("digested", [True, False])
 def test_times_values_keep_offsets_beside_timestamps_and_digests(count, kind, digested):
     stamps = [BASE_MS + 7 * n for n in range(count)]
     offsets = {
         "consecutive": list(range(40, 40 + count)),
+        "consecutive range": range(40, 40 + count),  # as the worker gives them
+        "stepped range": range(40, 40 + 2 * count, 2),
         "gaps": [40 + 2 * n + n // 100 for n in range(count)],  # transaction markers between batches
         "wide gaps": [n * 70_000 for n in range(count)],
         None: None,
@@ -46,7 +48,7 @@ def test_times_values_keep_offsets_beside_timestamps_and_digests(count, kind, di
     digests = bytes(range(16)) * digest_count(count) if digested else None
     value = encode_times(stamps, digests, offsets)
     assert decode_times(value) == stamps
-    assert times_offsets(value) == offsets
+    assert times_offsets(value) == (offsets if offsets is None else list(offsets))
     assert times_digests(value) == digests
     if offsets is not None:
         assert [times_offset_at(value, i) for i in (0, count // 2, count - 1)] == [
@@ -56,8 +58,9 @@ def test_times_values_keep_offsets_beside_timestamps_and_digests(count, kind, di
         ]
     stripped = without_digests(value)
     assert times_digests(stripped) is None
-    assert times_offsets(stripped) == offsets and decode_times(stripped) == stamps
-    if kind == "consecutive":  # a worker batch: the first offset is all it costs
+    assert times_offsets(stripped) == (offsets if offsets is None else list(offsets))
+    assert decode_times(stripped) == stamps
+    if kind in ("consecutive", "consecutive range"):  # a worker batch: the first offset is all it costs
         assert len(value) == len(encode_times(stamps, digests)) + (9 if digested else 13)
 
 
