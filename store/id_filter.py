@@ -220,7 +220,7 @@ class IdFilter:
         cells = buckets & (min(_APART_MAX_CELLS, 1 << (8 * count).bit_length()) - 1)  # a bucket falls in one cell
         marks = np.empty(int(cells.max()) + 1, np.int32)
         marks[cells] = everyone
-        fits = (marks[cells] == everyone) & free.any(axis=1)  # the last of its cell only: one per bucket
+        fits = (marks[cells] == everyone) & free.any(axis=1)  # the one id each cell kept: one per bucket
         placed = np.flatnonzero(fits)
         self.table[buckets[placed], free[placed].argmax(axis=1)] = entries[placed]
         return np.flatnonzero(~fits)
