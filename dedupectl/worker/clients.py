@@ -29,6 +29,10 @@ from reconcile.kafka import build_client, is_authorization_error, permission_den
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
+# librdkafka stops fetching a partition while its queue holds queued.min.messages (counted over the one queue
+# every partition of the consumer feeds), then waits this long before it looks again; at its default of a
+# second the worker drains the queue before the wait ends and stands idle
+FETCH_QUEUE_BACKOFF_MS = 10
 # clients restarted after fatal errors this often are fighting something a process restart will not fix
 CLIENT_RESTARTS_MAX = 3
 CLIENT_RESTARTS_WINDOW_S = 600.0
@@ -181,7 +185,11 @@ class Clients:
             Consumer,
             exactly_once_settings(
                 config.kafka,
-                defaults={"auto.offset.reset": "earliest", "fetch.max.bytes": 64 * 1024 * 1024},
+                defaults={
+                    "auto.offset.reset": "earliest",
+                    "fetch.max.bytes": 64 * 1024 * 1024,
+                    "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                },
                 owned=owned,
             ),
         )
