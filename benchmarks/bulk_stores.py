@@ -18,6 +18,7 @@ from benchmarks.without_sealed_arrays import no_sealed_arrays
 from store.bulk_load import LoadLayout, ingest, write_bucket_places
 from store.clock import now_ms
 from store.codec import StoreState
+from store.filter_keeper import FILTER_FILE
 from store.generation_arrays import SUFFIX
 from store.layout import store_path
 
@@ -136,11 +137,12 @@ def reuse_or_prefill(
 
 
 def linked_copy(source: Path, target: Path) -> None:
-    """A copy of a data directory whose SST files and sealed arrays are hard links: neither is changed once
-    written. (A copy of gigabytes of arrays would still be written back to disk during the run it is for.)"""
+    """A copy of a data directory whose SST files, sealed arrays and saved id filters are hard links: none is
+    changed once written (a filter is saved to a new file that takes the name). A copy of gigabytes would still
+    be written back to disk during the run it is for."""
 
     def link_or_copy(src: str, dst: str) -> None:
-        if src.endswith((".sst", SUFFIX)):
+        if src.endswith((".sst", SUFFIX)) or os.path.basename(src) == FILTER_FILE:
             os.link(src, dst)
         else:
             shutil.copy2(src, dst)
