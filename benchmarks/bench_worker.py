@@ -4,8 +4,9 @@
         [--prefilled-dir DIR] [--baseline-checkout DIR]
 
 Produces ``--count`` Segment-like events (0.6% duplicates, 4 partitions), then runs, each in its own process
-and each into a fresh output topic: the plain transactional copy and ``dedupectl run``, alternated
-``--repeat`` times (the table shows the median run of each: the 2 cores are often shared), then the seed's
+and each into a fresh output topic: the plain transactional copy (with librdkafka's consumer defaults, and
+again with the consumer's ``fetch.queue.backoff.ms`` that ``dedupectl run`` sets) and ``dedupectl run``,
+alternated ``--repeat`` times (the table shows the median run of each: the 2 cores are often shared), then the seed's
 naive loop (time-bounded: at one commit per message it would take hours; its rate is what counts).
 
 With ``--prefilled-ids N``, each round also runs ``dedupectl run`` on stores that already hold N ids in all
@@ -62,6 +63,7 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
+from dedupectl.worker.clients import FETCH_QUEUE_BACKOFF_MS  # noqa: E402
 
 console = Console()
 PARTITIONS = 4
@@ -135,12 +137,13 @@ def main() -> None:
         data = Path(scratch)
         prefilled_dir = args.prefilled_dir or data / "prefilled"
 
-        def copy_run(round_: int) -> dict:
-            output = f"out-copy-{round_}"
+        def copy_run(round_: int, workers_fetch: bool = False) -> dict:
+            output = f"out-copy-{round_}" + ("-fetch" if workers_fetch else "")
             create_topics(kafka, [output], PARTITIONS)
-            return _json_from(
-                [python, str(ROOT / "benchmarks/peers/copy_floor.py"), kafka.bootstrap_servers, "in", output]
-            )
+            command = [python, str(ROOT / "benchmarks/peers/copy_floor.py"), kafka.bootstrap_servers, "in", output]
+            if workers_fetch:
+                command += ["--fetch-queue-backoff-ms", str(FETCH_QUEUE_BACKOFF_MS)]
+            return _json_from(command)
 
         def dedupectl_run(
             round_: int,
@@ -180,7 +183,7 @@ def main() -> None:
             return {**{key: run[key] for key in ("consumed", "busy_seconds", "peak_rss_mb")}, "check": check}
 
         expected = {record.key for record in generate(spec) if record.kind == "new"}
-        runs: dict[str, list[dict]] = {"copy": [], "dedupectl": []}
+        runs: dict[str, list[dict]] = {"copy": [], "copy_workers_fetch": [], "dedupectl": []}
         prefill_seconds = None
         if args.baseline_checkout:
             runs["baseline"] = []
@@ -204,6 +207,8 @@ def main() -> None:
         for round_ in range(args.repeat):
             with console.status(f"round {round_ + 1}/{args.repeat}: plain transactional copy"):
                 runs["copy"].append(copy_run(round_))
+            with console.status(f"round {round_ + 1}/{args.repeat}: the copy, fetching as dedupectl run does"):
+                runs["copy_workers_fetch"].append(copy_run(round_, workers_fetch=True))
             compared = [("dedupectl", "dedupectl run (and reading its output back)", {})]
             if args.baseline_checkout:
                 checkout = {"checkout": args.baseline_checkout.resolve()}
@@ -243,7 +248,7 @@ def main() -> None:
         )
     results = {name: _median_run(name_runs) for name, name_runs in runs.items()}
     results["naive"] = naive
-    checks = [run.pop("check") for name in runs if name != "copy" for run in runs[name]]
+    checks = [run.pop("check") for name in runs if not name.startswith("copy") for run in runs[name]]
     check = next((c for c in checks if not c.exactly_once), checks[0])
     ours = results["dedupectl"]["messages_per_second"]
     table = Table(
@@ -252,7 +257,7 @@ def main() -> None:
     )
     for column in ("system", "messages", "seconds", "messages/s", "peak RSS MB", "dedupectl ÷ system"):
         table.add_column(column, justify="right" if column != "system" else "left")
-    shown = ["copy", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
+    shown = ["copy", "copy_workers_fetch", "naive", *(["baseline"] if args.baseline_checkout else []), "dedupectl"]
     shown += [f"partitioner {partitioner}" for partitioner in args.also_partitioner]
     shown += ["avro"] if args.value_format == "avro" else []
     shown += ["baseline avro"] if args.value_format == "avro" and args.baseline_checkout else []
@@ -288,6 +293,7 @@ def main() -> None:
         "all_runs": {name: [run["messages_per_second"] for run in name_runs] for name, name_runs in runs.items()},
         "ratios": {
             "dedupectl_vs_copy": ours / results["copy"]["messages_per_second"],
+            "dedupectl_vs_copy_workers_fetch": ours / results["copy_workers_fetch"]["messages_per_second"],
             "dedupectl_vs_naive": ours / results["naive"]["messages_per_second"],
         },
         "prefilled_ids": args.prefilled_ids,

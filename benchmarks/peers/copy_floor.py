@@ -6,6 +6,10 @@ arriving: the latency run) and stops after that long without a record. Prints on
 ``_common.Progress``).
 
     python benchmarks/peers/copy_floor.py BOOTSTRAP INPUT OUTPUT [--group G] [--max-seconds S] [--idle-seconds S]
+        [--fetch-queue-backoff-ms MS]
+
+``--fetch-queue-backoff-ms`` sets the consumer's ``fetch.queue.backoff.ms`` (librdkafka's default: 1000), as
+``dedupectl run`` sets its own: the copy then fetches on the same terms as the worker.
 
 (Named ``copy_floor``, not ``copy``: a script's folder goes first on ``sys.path``, and a ``copy.py`` there
 would shadow the standard library's ``copy`` for every import.)
@@ -26,10 +30,17 @@ from benchmarks.peers._common import BATCH, IdleClock, Progress, consumer_settin
 
 
 def copy_loop(
-    bootstrap: str, input_topic: str, output_topic: str, max_seconds: float, group: str = "", idle_seconds: float = 0
+    bootstrap: str,
+    input_topic: str,
+    output_topic: str,
+    max_seconds: float,
+    group: str = "",
+    idle_seconds: float = 0,
+    fetch_queue_backoff_ms: int | None = None,
 ) -> Progress:
     group = group or f"bench-copy-{output_topic}"
-    consumer = Consumer(consumer_settings(bootstrap, group, **{"enable.partition.eof": True}))
+    extra = {} if fetch_queue_backoff_ms is None else {"fetch.queue.backoff.ms": fetch_queue_backoff_ms}
+    consumer = Consumer(consumer_settings(bootstrap, group, **{"enable.partition.eof": True}, **extra))
     # a stable transactional.id: a restarted copy fences its killed predecessor at once
     producer = Producer(producer_settings(bootstrap, **{"transactional.id": group}))
     producer.init_transactions(30)
@@ -82,9 +93,16 @@ def main() -> None:
     parser.add_argument("--group", default="", help="consumer group and transactional.id (default: per output)")
     parser.add_argument("--max-seconds", type=float, default=3600)
     parser.add_argument("--idle-seconds", type=float, default=0, help="run past the input's end; stop when idle")
+    parser.add_argument("--fetch-queue-backoff-ms", type=int, help="the consumer's fetch.queue.backoff.ms")
     args = parser.parse_args()
     copy_loop(
-        args.bootstrap, args.input_topic, args.output_topic, args.max_seconds, args.group, args.idle_seconds
+        args.bootstrap,
+        args.input_topic,
+        args.output_topic,
+        args.max_seconds,
+        args.group,
+        args.idle_seconds,
+        args.fetch_queue_backoff_ms,
     ).emit()
 
 
