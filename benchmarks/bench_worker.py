@@ -63,7 +63,7 @@ from dedupectl.devbroker import LocalBroker  # noqa: E402
 from dedupectl.kafka_clients import create_topics  # noqa: E402
 from dedupectl.sample_events import SampleSpec, generate, produce_sample  # noqa: E402
 from dedupectl.verify import check_output  # noqa: E402
-from dedupectl.worker.clients import FETCH_QUEUE_BACKOFF_MS  # noqa: E402
+from reconcile.kafka import FETCH_QUEUE_BACKOFF_MS  # noqa: E402
 
 console = Console()
 PARTITIONS = 4

@@ -28,6 +28,10 @@ librdkafka_log = logging.getLogger("dedupectl.librdkafka")
 _SECRET_KEY = re.compile(r"(password|secret|token|\.pem$|oauthbearer\.config|sasl\.jaas)", re.IGNORECASE)
 REDACTED = "***"
 HANDSHAKE_CHECK_S = 0.5  # how often a call waiting for a broker looks for a refused handshake
+# librdkafka stops fetching a partition while its queue holds queued.min.messages (counted over the one queue
+# every partition of the consumer feeds), then waits this long before it looks again; at its default of a
+# second a consumer that keeps up drains the queue before the wait ends and stands idle
+FETCH_QUEUE_BACKOFF_MS = 10
 
 
 def redact(settings: Mapping[str, Any]) -> dict[str, Any]:

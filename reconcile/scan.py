@@ -22,7 +22,14 @@ from operator import itemgetter
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from reconcile.errors import BrokerError, OutputGapError
-from reconcile.kafka import KafkaConfig, is_authorization_error, make_consumer, permission_denied, unreachable
+from reconcile.kafka import (
+    FETCH_QUEUE_BACKOFF_MS,
+    KafkaConfig,
+    is_authorization_error,
+    make_consumer,
+    permission_denied,
+    unreachable,
+)
 from store import clock
 from store.codec import GAP_RETENTION, OutputGap
 
@@ -48,6 +55,7 @@ SCAN_CONSUMER_SETTINGS: dict[str, object] = {
     # at the end of a partition the broker holds a fetch this long before answering "no more": a scan
     # wants that answer at once, not after the default 500 ms per idle partition
     "fetch.wait.max.ms": 20,
+    "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
 }
 
 

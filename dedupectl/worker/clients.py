@@ -24,15 +24,11 @@ from reconcile.broker_retry import (
     kafka_error_of,
     with_retries,
 )
-from reconcile.kafka import build_client, is_authorization_error, permission_denied
+from reconcile.kafka import FETCH_QUEUE_BACKOFF_MS, build_client, is_authorization_error, permission_denied
 
 log = logging.getLogger(__package__)  # one logger for the worker: operators' filters and alerts name it
 
 CONSUME_CHUNK = 5_000  # messages asked of librdkafka per call: bounds how far a batch overshoots its byte cap
-# librdkafka stops fetching a partition while its queue holds queued.min.messages (counted over the one queue
-# every partition of the consumer feeds), then waits this long before it looks again; at its default of a
-# second the worker drains the queue before the wait ends and stands idle
-FETCH_QUEUE_BACKOFF_MS = 10
 # clients restarted after fatal errors this often are fighting something a process restart will not fix
 CLIENT_RESTARTS_MAX = 3
 CLIENT_RESTARTS_WINDOW_S = 600.0
