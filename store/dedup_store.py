@@ -82,6 +82,7 @@ class DedupStore:
         self._filters = FilterKeeper(
             StoreAccess(
                 path=path,
+                writable=writable,
                 identity=identity,
                 state=lambda: self._state,
                 window=self._filter_window,
@@ -114,7 +115,7 @@ class DedupStore:
         )  # fmt: skip
         self.gaps = OutputGaps(database)
         self._lookups = Lookups(lambda: self._keeper.generations, self._filters if self._filtered else None,
-                                lambda: self._state)  # fmt: skip
+                                lambda: self._state, None if self.writable else self._filters)  # fmt: skip
         self.ledger = Ledger(database, lambda: self._state, lambda: self.gaps.offsets_from_seq)
         self._repairs = Repairs(database, self._keeper, self._lookups, self.ledger, self._filters)
         self._writer = BatchWriter(database, self._keeper, self._filters, self.generation_ids)
@@ -193,6 +194,7 @@ class DedupStore:
         may have written the store since, or be writing it now)."""
         if self.writable:
             return
+        self._filters.forget()  # it lacks what the writer recorded since it was made
         keeper = self._keeper
         if not self._follows_writer or not following.caught_up(
             self._database, self.path, keeper.family_names, keeper.arrays_raw

@@ -40,6 +40,7 @@ class StoreAccess:
     """What the keeper reads and writes of its store."""
 
     path: Path
+    writable: bool  # a reader's keeper never touches the store's files
     identity: StoreIdentity
     state: Callable[[], StoreState]
     window: Callable[[], int]  # ids a new filter is sized for
@@ -93,12 +94,18 @@ class FilterKeeper:
 
     def ready(self) -> IdFilter:
         if self.current is None:
-            for leftover in self._store.path.glob(f".{FILTER_FILE}.*partial"):  # a save cut short by a kill
-                leftover.unlink(missing_ok=True)
+            for leftover in self._store.path.glob(f".{FILTER_FILE}.*partial") if self._store.writable else ():
+                leftover.unlink(missing_ok=True)  # a save cut short by a kill
             self.current = self._read_back()
             if self.current is None:
                 self.current = self._build()
         return self.current
+
+    def forget(self) -> None:
+        """A reader's, when it catches up with its writer: the filter lacks what the writer recorded since; the
+        next lookup that wants it makes it again."""
+        self.close()
+        self.current, self._named = None, None
 
     def add(self, keys: list[bytes], seqs: np.ndarray) -> None:
         """Tell the filter about ids just written. Should it have no room (the store holds more than its bound:

@@ -1,6 +1,7 @@
 """Is this id held? Ids asked of the generations that may hold them: through the id filter's routes in a worker's
-store (the filter answers most absent ids alone), else of every generation, the newest first; in each, its
-sealed arrays for the ids they may hold, its family for the rest."""
+store (the filter answers most absent ids alone), and in a reader's for a lookup of many ids at once; else of
+every generation, the newest first; in each, its sealed arrays for the ids they may hold, its family for the
+rest."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from store.id_filter import GROUPS, IdFilter, key_hashes
 # keys per multi-get: a long list costs more per absent key, likely RocksDB's sort of each list before it probes
 # the filters (docs/benchmarks.md, "Figures behind design choices")
 LOOKUP_CHUNK = 32
+# a reader makes the id filter (read back, else built from the store) for a lookup of at least this many ids: one
+# by one, each would be asked of every generation until one holds it (reconcile's groups the digests do not vouch for)
+READER_FILTER_KEYS = 50_000
 
 
 class Lookups:
@@ -26,10 +30,12 @@ class Lookups:
         generations: Callable[[], Generations],
         filters: FilterKeeper | None,
         state: Callable[[], StoreState],
+        reader_filters: FilterKeeper | None = None,
     ):
         self._generations = generations  # the keeper's list: a reader's reopen replaces it
         self._filters = filters  # a worker's store only
         self._state = state
+        self._reader_filters = reader_filters  # a reader's: made for lookups of many ids, dropped at its refresh
 
     def contains_keys(self, keys: list[bytes]) -> list[bool]:
         """Whether each encoded id is held within the window. A worker's store asks its id filter first, and
@@ -60,6 +66,8 @@ class Lookups:
         """The values of ``keys``, aged-out ids included; through the id filter's routes when the store has one
         made, else from every generation."""
         id_filter = self._filters.current if self._filters is not None else None
+        if id_filter is None and self._reader_filters is not None and len(keys) >= READER_FILTER_KEYS:
+            id_filter = self._reader_filters.ready()
         if id_filter is None or not keys:
             return self._values(keys, per_call)
         values: list[bytes | None] = [None] * len(keys)

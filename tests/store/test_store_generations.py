@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mixed_ids import mixed_ids
 
-from store import opening
+from store import lookups, opening
 from store.aging import AgingPolicy, age_step
 from store.codec import CF_META, META_IDENTITY, encode_ids
 from store.dedup_store import DedupStore
@@ -53,6 +53,37 @@ def test_routed_lookups_answer_as_every_generation_and_as_recorded(tmp_path, sho
         assert reader.contains_many(recorded + unseen) == expected
         firsts = [first for _, first, _ in reader.id_families()]
         assert firsts == sorted(firsts) and all(first % 2_000 == 0 for first in firsts[1:])
+
+
+def test_a_reader_routes_a_lookup_of_many_ids_through_an_id_filter_made_again_after_it_catches_up(
+    tmp_path, short_generations, monkeypatch
+):
+    monkeypatch.setattr(lookups, "READER_FILTER_KEYS", 1_000)
+    rng = random.Random(11)
+    path = tmp_path / "events-0"
+    with DedupStore.open(path, topic="events", partition=0, window_ids=short_generations(2_000)) as store:
+        recorded = mixed_ids(7_000, rng.randbytes)
+        store.record(recorded, [1] * len(recorded))
+        store.flush()
+        unseen = mixed_ids(3_000, rng.randbytes)
+        (path / ".id-filter.0.partial").write_bytes(b"a save the writer is making")
+        with DedupStore.open_secondary(path) as reader:
+            assert len(reader.id_families()) >= 4
+            keys = encode_ids(recorded + unseen)
+            one_by_one = [
+                seq for start in range(0, len(keys), 500) for seq in reader.live_seqs(keys[start : start + 500])
+            ]
+            assert reader.filter_bytes == 0
+            assert one_by_one == list(range(len(recorded))) + [None] * len(unseen)
+            assert reader.live_seqs(keys) == one_by_one  # routed by a filter the reader made for itself
+            assert reader.filter_bytes > 0 and (path / ".id-filter.0.partial").exists()
+            later = mixed_ids(2_500, rng.randbytes)
+            store.record(later, [2] * len(later))  # into a generation the reader's filter never saw
+            store.flush()
+            reader.refresh()
+            assert reader.filter_bytes == 0
+            keys = encode_ids(recorded + later + unseen)
+            assert reader.live_seqs(keys) == list(range(len(recorded) + len(later))) + [None] * len(unseen)
 
 
 def test_a_generation_already_in_one_run_is_not_rewritten_when_the_next_starts(tmp_path, short_generations):
