@@ -49,6 +49,7 @@ class GenerationKeeper:
         self._database = database
         self._path = database.path
         self._writable = writable
+        self._filled: list[Generation] = []  # started and left by the batch being written: sealed once it is
         self._converts = converts  # a worker's store writes its sealed generations' fixed-width ids to arrays
         self._new_generation_options = new_generation_options
         self._label = label  # "topic[partition]", for the log
@@ -101,10 +102,17 @@ class GenerationKeeper:
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def generations_for(self, first: int, count: int, stretch: int) -> tuple[list[tuple[int, Generation]], bool]:
+    def generations_for(
+        self, first: int, count: int, stretch: int
+    ) -> tuple[list[tuple[int, Generation]], list[Generation]]:
         """``(first number, generation)`` for the numbers ``first`` to ``first + count - 1``, starting the new
-        generations (of ``stretch`` numbers) they reach, and whether that sealed one."""
-        sealed = False
+        generations (of ``stretch`` numbers) they reach, and the generations they leave behind (sealed).
+
+        The newest generation before the batch is sealed here, as it was before the batch: one run already, it
+        is not rewritten for the few ids the batch adds. Those the batch starts and leaves (a batch longer than a
+        stretch) are empty until it is written: ``seal_filled`` seals them once it is."""
+        before = self.generations.newest
+        leaving: list[Generation] = []
         while True:
             newest = self.generations.newest
             if newest is None:
@@ -114,8 +122,17 @@ class GenerationKeeper:
             if boundary >= first + count:
                 break
             self._start_generation(max(boundary, first))
-            sealed = True
-        return [(max(g.first_seq, first), g) for g in self.generations.covering(first, first + count)], sealed
+            if newest is before:
+                self._seal_if_written(newest)
+            leaving.append(newest)
+        self._filled = [generation for generation in leaving if generation is not before]
+        return [(max(g.first_seq, first), g) for g in self.generations.covering(first, first + count)], leaving
+
+    def seal_filled(self) -> None:
+        """Once a batch is written: seal the generations it started and left (a crash before: ``settle``)."""
+        filled, self._filled = self._filled, []
+        for generation in filled:
+            self._seal_if_written(generation)
 
     def step(self) -> None:
         """Between batches: take in the sealed arrays written for a generation, or start the next one due."""
@@ -246,8 +263,8 @@ class GenerationKeeper:
     # -- sealing -----------------------------------------------------------------------------------------
 
     def _start_generation(self, first_seq: int) -> None:
-        """Create the generation starting at ``first_seq`` and seal the one before it. A crash right after leaves
-        it empty: the next write of a number from ``first_seq`` on goes there all the same."""
+        """Create the generation starting at ``first_seq`` (``generations_for`` seals the one before). A crash right
+        after leaves it empty: the next write of a number from ``first_seq`` on goes there all the same."""
         previous = self.generations.newest
         name = gens.family_name(first_seq)
         try:
@@ -259,7 +276,6 @@ class GenerationKeeper:
         self.generations.add(generation)
         if previous is not None:
             _leave_block_cache_alone(previous)
-            self._seal_if_written(previous)
 
     def _seal_if_written(self, generation: Generation) -> None:
         """Seal a generation no longer written, unless it is one run already (sealed before, bulk loaded, or

@@ -52,12 +52,14 @@ def _check_sealed(store: DedupStore) -> None:
 
 
 @contextmanager
-def _sealed_store(path: Path, window: int, count: int) -> Iterator[tuple[DedupStore, list[bytes], list[bytes]]]:
-    """A worker's store of ``count`` ids recorded, its sealed generations written to arrays; the ids, and 500
-    it does not hold."""
+def _sealed_store(
+    path: Path, window: int, count: int, batch: int = 500
+) -> Iterator[tuple[DedupStore, list[bytes], list[bytes]]]:
+    """A worker's store of ``count`` ids recorded ``batch`` at a time, its sealed generations written to arrays;
+    the ids, and 500 it does not hold."""
     ids, unseen = distinct_mixed_ids(count, SEED), distinct_mixed_ids(500, SEED + 1)
     with DedupStore.open(path, topic="events", partition=0, window_ids=window) as store:
-        _fill(store, ids)
+        _fill(store, ids, batch=batch)
         assert store.wait_for_seals(60)
         yield store, ids, unseen
 
@@ -81,6 +83,16 @@ def test_sealed_generations_hold_their_fixed_width_ids_in_arrays_and_answer_exac
         _check_exact(store, ids, range(len(ids)), unseen)
     with DedupStore.open_secondary(path) as reader:
         _check_exact(reader, ids, range(len(ids)), unseen)
+
+
+def test_a_batch_longer_than_a_generation_leaves_each_generation_it_fills_in_arrays(tmp_path, window):
+    path = tmp_path / "events-0"
+    with _sealed_store(path, window, 9_000, batch=4_500) as (store, ids, unseen):  # 2 batches, 5 generations
+        families = store.id_families()
+        assert len(families) == 5
+        assert {family for family, _, _ in store.arrays_files()} == {name for name, _, _ in families[:-1]}
+        _check_sealed(store)
+        _check_exact(store, ids, range(len(ids)), unseen)
 
 
 def test_a_secondary_instance_follows_a_seal_into_arrays(tmp_path, window):
