@@ -105,6 +105,7 @@ def fill_store(data_dir: Path, partition: int, ids: list[bytes], output_offset: 
         for start in range(0, len(ids), 100_000):
             chunk = ids[start : start + 100_000]
             store.record(chunk, [now] * len(chunk), output_offset=output_offset)
+        store.wait_for_seals()  # sealed generations in their arrays, as a running worker's are soon after
         store.flush()
 
 
