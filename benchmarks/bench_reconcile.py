@@ -102,6 +102,7 @@ def produce(kafka: KafkaConfig, topic: str, partition: int, ids: list[bytes]) ->
 def fill_store(data_dir: Path, partition: int, ids: list[bytes], output_offset: int) -> None:
     now = clock.now_ms()
     with DedupStore.open(store_path(data_dir, INPUT, partition), topic=INPUT, partition=partition) as store:
+        store.prepare_filter()  # a worker makes it at its first lookup and saves it beside the store
         for start in range(0, len(ids), 100_000):
             chunk = ids[start : start + 100_000]
             store.record(chunk, [now] * len(chunk), output_offset=output_offset)
