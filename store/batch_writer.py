@@ -47,8 +47,8 @@ class BatchWriter:
         keys = keys if keys is not None or not count else encode_ids(ids)
         if count:
             values = encode_seq_values(first, count)
-            starts, leaving = self._keeper.generations_for(first, count, self._stretch())
-            if leaving:
+            starts, left_any, filled = self._keeper.generations_for(first, count, self._stretch())
+            if left_any:
                 self._filters.sealed()
             put = batch.put
             # in key order: the memtable's skip list takes sorted keys faster, by more than the sort costs
@@ -78,8 +78,8 @@ class BatchWriter:
         )
         batch.put(META_STATE, encode_state(new_state), self._database.meta_handle)
         self._database.write(batch)
-        if count and leaving:
-            self._keeper.seal_filled()
+        if count and filled:
+            self._keeper.seal_filled(filled)
         return new_state, keys or []
 
 

@@ -49,7 +49,6 @@ class GenerationKeeper:
         self._database = database
         self._path = database.path
         self._writable = writable
-        self._filled: list[Generation] = []  # started and left by the batch being written: sealed once it is
         self._converts = converts  # a worker's store writes its sealed generations' fixed-width ids to arrays
         self._new_generation_options = new_generation_options
         self._label = label  # "topic[partition]", for the log
@@ -104,15 +103,17 @@ class GenerationKeeper:
 
     def generations_for(
         self, first: int, count: int, stretch: int
-    ) -> tuple[list[tuple[int, Generation]], list[Generation]]:
+    ) -> tuple[list[tuple[int, Generation]], bool, list[Generation]]:
         """``(first number, generation)`` for the numbers ``first`` to ``first + count - 1``, starting the new
-        generations (of ``stretch`` numbers) they reach, and the generations they leave behind (sealed).
+        generations (of ``stretch`` numbers) they reach; whether they leave one behind; and those left behind
+        that the batch itself started, for ``seal_filled`` once it is written.
 
         The newest generation before the batch is sealed here, as it was before the batch: one run already, it
         is not rewritten for the few ids the batch adds. Those the batch starts and leaves (a batch longer than a
-        stretch) are empty until it is written: ``seal_filled`` seals them once it is."""
+        stretch) are empty until it is written."""
         before = self.generations.newest
-        leaving: list[Generation] = []
+        left_any = False
+        filled: list[Generation] = []
         while True:
             newest = self.generations.newest
             if newest is None:
@@ -122,15 +123,15 @@ class GenerationKeeper:
             if boundary >= first + count:
                 break
             self._start_generation(max(boundary, first))
+            left_any = True
             if newest is before:
                 self._seal_if_written(newest)
-            leaving.append(newest)
-        self._filled = [generation for generation in leaving if generation is not before]
-        return [(max(g.first_seq, first), g) for g in self.generations.covering(first, first + count)], leaving
+            else:
+                filled.append(newest)
+        return [(max(g.first_seq, first), g) for g in self.generations.covering(first, first + count)], left_any, filled
 
-    def seal_filled(self) -> None:
+    def seal_filled(self, filled: list[Generation]) -> None:
         """Once a batch is written: seal the generations it started and left (a crash before: ``settle``)."""
-        filled, self._filled = self._filled, []
         for generation in filled:
             self._seal_if_written(generation)
 
@@ -263,8 +264,9 @@ class GenerationKeeper:
     # -- sealing -----------------------------------------------------------------------------------------
 
     def _start_generation(self, first_seq: int) -> None:
-        """Create the generation starting at ``first_seq`` (``generations_for`` seals the one before). A crash right
-        after leaves it empty: the next write of a number from ``first_seq`` on goes there all the same."""
+        """Create the generation starting at ``first_seq`` (the one before is sealed by ``generations_for``, or by
+        ``seal_filled`` once the batch is written). A crash right after leaves it empty: the next write of a number
+        from ``first_seq`` on goes there all the same."""
         previous = self.generations.newest
         name = gens.family_name(first_seq)
         try:
