@@ -203,6 +203,7 @@ class DedupStore:
             return
         if (raw := self._database.meta_value(META_STATE)) is not None:
             self._state = decode_state(raw)
+        keeper.recheck_overrides()  # the writer may have put ids back in, or forgotten ids of, a sealed generation
         self.gaps.load()
 
     def _reopen(self) -> None:

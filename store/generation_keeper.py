@@ -77,8 +77,15 @@ class GenerationKeeper:
                 continue
             # only a writer at work removes a named file (its generation aged out meanwhile): else it is damage
             generation.arrays = arrays_files.open_files(self._path, files, missing_ok=follows_writer)
-            # a reader cannot know when the writer puts an id back in the family: it asks the family first
-            generation.overrides = not self._writable or self._holds_array_keys(generation)
+        self.recheck_overrides()
+
+    def recheck_overrides(self) -> None:
+        """Whether each generation's family holds ids of its sealed arrays' kinds (put back or forgotten since its
+        seal): then it is asked before the arrays. A reader's view of the families changes only when it opens or
+        catches up with its writer, so a reader asks again then; a writer's repairs set it as they write."""
+        for generation in self.generations:
+            if generation.arrays:
+                generation.overrides = self._holds_array_keys(generation)
 
     # -- a writer's open -------------------------------------------------------------------------------
 

@@ -161,6 +161,29 @@ def test_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
         _check_exact(reader, ids, range(len(ids)), unseen)
 
 
+def test_a_secondary_instance_follows_ids_forgotten_and_put_back_in_sealed_arrays(tmp_path, window):
+    """A reader asks a sealed generation's family before its arrays only while the family holds ids of their
+    kinds; it looks again each time it catches up, so what the writer forgets or puts back meanwhile is seen."""
+    path = tmp_path / "events-0"
+    with _sealed_store(path, window, 8_000) as (store, ids, unseen):
+        chosen = [n for n in range(0, 4_000, 7) if _fixed_width(ids[n])]
+        with DedupStore.open_secondary(path) as reader:
+            sealed = [g for g in reader._keeper.generations if g.arrays]
+            assert sealed and not any(g.overrides for g in sealed)  # no family asked first: none holds such ids
+            _check_exact(reader, ids, range(len(ids)), unseen)
+            assert store.forget_many([ids[n] for n in chosen]) == len(chosen)
+            store.flush()
+            reader.refresh()
+            kept = [n for n in range(len(ids)) if n not in set(chosen)]
+            assert reader.live_seqs(encode_ids(ids)) == [None if n in set(chosen) else n for n in range(len(ids))]
+            assert reader.contains_many([ids[n] for n in kept]) == [True] * len(kept)
+            assert not any(reader.contains_many([ids[n] for n in chosen]))
+            assert store.place([ids[n] for n in chosen], chosen) == chosen
+            store.flush()
+            reader.refresh()
+            _check_exact(reader, ids, range(len(ids)), unseen)
+
+
 def test_a_filter_built_whole_takes_the_sealed_arrays_ids_and_those_put_back(tmp_path, window):
     """With no saved filter, the next open builds one from every generation: its sealed arrays read as arrays,
     its family scanned. Ids forgotten, some put back: the filter holds every live id, whatever the path."""
