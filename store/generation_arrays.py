@@ -50,6 +50,33 @@ def prefix_of(key: bytes) -> bytes | None:
     return None
 
 
+class KeyKinds:
+    """The arrays prefix of each of a lookup's keys (``of``: its place in ``PREFIXES``, -1 for none), and the
+    16-byte bodies of those that have one: found once for every generation the lookup asks, over the keys laid
+    end to end, not by a test and a slice per key and generation."""
+
+    def __init__(self, keys: Sequence[bytes]) -> None:
+        count = len(keys)
+        self.of = np.full(count, -1, dtype=np.int8)
+        self._rows = np.zeros(count, dtype=np.int64)  # each key's row in its kind's bodies
+        self._bodies: list[np.ndarray] = []
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+        for kind, prefix in enumerate(PREFIXES):
+            width = len(prefix) + ID_BYTES
+            at = np.flatnonzero(lengths == width)
+            joined = b"".join(map(keys.__getitem__, at.tolist()))
+            block = np.frombuffer(joined, dtype=np.uint8).reshape(-1, width)
+            ours = (block[:, : len(prefix)] == np.frombuffer(prefix, dtype=np.uint8)).all(axis=1)
+            at = at[ours]
+            self.of[at] = kind
+            self._rows[at] = np.arange(at.size)
+            self._bodies.append(block[ours, len(prefix) :])
+
+    def bodies(self, kind: int, indexes: list[int]) -> bytes:
+        """The bodies of ``keys[indexes]``, all of ``PREFIXES[kind]``, end to end (as the arrays search them)."""
+        return self._bodies[kind][self._rows[indexes]].tobytes()
+
+
 def decode_names(raw: bytes | None) -> dict[str, list[str]]:
     """The metadata's ``{family: [file names]}``."""
     if raw is None:

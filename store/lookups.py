@@ -116,19 +116,21 @@ class Lookups:
         """The values of ``keys`` in the generations: ``routes[i]`` those that may hold ``keys[i]``, or without
         routes every generation, the newest first, each asked about the keys not found yet."""
         values: list[bytes | None] = [None] * len(keys)
+        generations = self._generations()
+        kinds = arrays_files.KeyKinds(keys) if any(generation.arrays for generation in generations) else None
         if routes is None:
             pending = list(range(len(keys)))
-            for generation in self._generations().newest_first():
+            for generation in generations.newest_first():
                 if not pending:
                     break
-                pending = _ask(generation, keys, pending, values, per_call)
+                pending = _ask(generation, keys, pending, values, per_call, kinds)
             return values
         asked: dict[str, tuple[Generation, list[int]]] = {}
         for index, route in enumerate(routes):
             for generation in route:
                 asked.setdefault(generation.name, (generation, []))[1].append(index)
         for generation, indexes in asked.values():
-            _ask(generation, keys, indexes, values, per_call, live_from)
+            _ask(generation, keys, indexes, values, per_call, kinds, live_from)
         return values
 
 
@@ -138,33 +140,32 @@ def _ask(
     indexes: list[int],
     values: list[bytes | None],
     per_call: int,
+    kinds: arrays_files.KeyKinds | None,
     live_from: int | None = None,
 ) -> list[int]:
     """Look ``keys[indexes]`` up in one generation into ``values``: in its sealed arrays those they may hold, the
-    others in its family; returns the indexes not found. With ``live_from`` at or below the generation's first
-    number, the caller asks only whether each id is held within the window: an id its arrays hold gets that
-    first number as its value, and its own number is not read."""
+    others in its family; returns the indexes not found. ``kinds``: the keys' arrays prefixes (given whenever a
+    generation has arrays). With ``live_from`` at or below the generation's first number, the caller asks only
+    whether each id is held within the window: an id its arrays hold gets that first number as its value, and
+    its own number is not read."""
     if not generation.arrays:
         return _ask_family(generation, keys, indexes, values, per_call)
-    in_arrays: dict[bytes, list[int]] = {}
-    in_family: list[int] = []
-    arrays = generation.arrays
-    for index in indexes:
-        prefix = arrays_files.prefix_of(keys[index])
-        if prefix in arrays:
-            in_arrays.setdefault(prefix, []).append(index)
-        else:
-            in_family.append(index)
+    asking = np.asarray(indexes, dtype=np.int64)
+    kind_of = kinds.of[asking]
+    held = [kind for kind, prefix in enumerate(arrays_files.PREFIXES) if prefix in generation.arrays]
+    in_family = asking[~np.isin(kind_of, held)].tolist()
     missing = _ask_family(generation, keys, in_family, values, per_call) if in_family else []
-    for prefix, asked in in_arrays.items():
+    for kind in held:
+        asked = asking[kind_of == kind].tolist()
+        if not asked:
+            continue
         if generation.overrides:  # an id put back (its number) or forgotten (an empty value) is in the family
             asked = _ask_overrides(generation, keys, asked, values, missing, per_call)
-        skip = len(prefix)
-        bodies = b"".join([keys[index][skip:] for index in asked])
         held_only = live_from is not None and live_from <= generation.first_seq  # one read of memory fewer
-        search = arrays[prefix].rows_of if held_only else arrays[prefix].seqs_of
+        arrays = generation.arrays[arrays_files.PREFIXES[kind]]
+        search = arrays.rows_of if held_only else arrays.seqs_of
         live = generation.first_seq.to_bytes(8, "big")
-        for index, found in zip(asked, search(bodies).tolist(), strict=True):
+        for index, found in zip(asked, search(kinds.bodies(kind, asked)).tolist(), strict=True):
             if found < 0:
                 missing.append(index)
             else:

@@ -69,6 +69,21 @@ def window(short_generations):
     return short_generations(2_000)
 
 
+def test_a_lookups_key_kinds_agree_with_each_keys_prefix():
+    """Keys of every kind, and keys that only look like one: of the right length with another first byte, and
+    with the right first bytes at another length."""
+    keys = encode_ids(distinct_mixed_ids(2_000, SEED))
+    prefixes = generation_arrays.PREFIXES
+    keys += [prefixes[0] + b"x" * 15, prefixes[0] + b"x" * 17, bytes([prefixes[1][0]]) * 17, b"\xff" * 18, b""]
+    kinds = generation_arrays.KeyKinds(keys)
+    expected = [prefixes.index(p) if (p := generation_arrays.prefix_of(key)) is not None else -1 for key in keys]
+    assert kinds.of.tolist() == expected
+    assert 0 < expected.count(0) < len(keys) and expected.count(1) > 0
+    for kind, prefix in enumerate(prefixes):
+        chosen = [index for index, key_kind in enumerate(expected) if key_kind == kind][::-3]  # any subset, any order
+        assert kinds.bodies(kind, chosen) == b"".join(keys[index][len(prefix) :] for index in chosen)
+
+
 def test_sealed_generations_hold_their_fixed_width_ids_in_arrays_and_answer_exactly(tmp_path, window):
     path = tmp_path / "events-0"
     with _sealed_store(path, window, 9_000) as (store, ids, unseen):
