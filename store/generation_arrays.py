@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +54,28 @@ def prefix_of(key: bytes) -> bytes | None:
 class KeyKinds:
     """The arrays prefix of each of a lookup's keys (``of``: its place in ``PREFIXES``, -1 for none), and the
     16-byte bodies of those that have one: found once for every generation the lookup asks, over the keys laid
-    end to end, not by a test and a slice per key and generation."""
+    end to end, not by a test and a slice per key and generation; and only once a generation with arrays is
+    asked (most of a worker's lookups go to its newest generation, which has none)."""
 
     def __init__(self, keys: Sequence[bytes]) -> None:
+        self._keys = keys
+
+    @property
+    def of(self) -> np.ndarray:
+        return self._found[0]
+
+    def bodies(self, kind: int, indexes: list[int]) -> bytes:
+        """The bodies of ``keys[indexes]``, all of ``PREFIXES[kind]``, end to end (as the arrays search them)."""
+        _, rows, bodies = self._found
+        return bodies[kind][rows[indexes]].tobytes()
+
+    @cached_property
+    def _found(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+        keys = self._keys
         count = len(keys)
-        self.of = np.full(count, -1, dtype=np.int8)
-        self._rows = np.zeros(count, dtype=np.int64)  # each key's row in its kind's bodies
-        self._bodies: list[np.ndarray] = []
+        kinds = np.full(count, -1, dtype=np.int8)
+        rows = np.zeros(count, dtype=np.int64)  # each key's row in its kind's bodies
+        bodies = []
         lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
         for kind, prefix in enumerate(PREFIXES):
             width = len(prefix) + ID_BYTES
@@ -68,13 +84,10 @@ class KeyKinds:
             block = np.frombuffer(joined, dtype=np.uint8).reshape(-1, width)
             ours = (block[:, : len(prefix)] == np.frombuffer(prefix, dtype=np.uint8)).all(axis=1)
             at = at[ours]
-            self.of[at] = kind
-            self._rows[at] = np.arange(at.size)
-            self._bodies.append(block[ours, len(prefix) :])
-
-    def bodies(self, kind: int, indexes: list[int]) -> bytes:
-        """The bodies of ``keys[indexes]``, all of ``PREFIXES[kind]``, end to end (as the arrays search them)."""
-        return self._bodies[kind][self._rows[indexes]].tobytes()
+            kinds[at] = kind
+            rows[at] = np.arange(at.size)
+            bodies.append(block[ours, len(prefix) :])
+        return kinds, rows, bodies
 
 
 def decode_names(raw: bytes | None) -> dict[str, list[str]]:

@@ -116,11 +116,10 @@ class Lookups:
         """The values of ``keys`` in the generations: ``routes[i]`` those that may hold ``keys[i]``, or without
         routes every generation, the newest first, each asked about the keys not found yet."""
         values: list[bytes | None] = [None] * len(keys)
-        generations = self._generations()
-        kinds = arrays_files.KeyKinds(keys) if any(generation.arrays for generation in generations) else None
+        kinds = arrays_files.KeyKinds(keys)
         if routes is None:
             pending = list(range(len(keys)))
-            for generation in generations.newest_first():
+            for generation in self._generations().newest_first():
                 if not pending:
                     break
                 pending = _ask(generation, keys, pending, values, per_call, kinds)
@@ -140,14 +139,14 @@ def _ask(
     indexes: list[int],
     values: list[bytes | None],
     per_call: int,
-    kinds: arrays_files.KeyKinds | None,
+    kinds: arrays_files.KeyKinds,
     live_from: int | None = None,
 ) -> list[int]:
     """Look ``keys[indexes]`` up in one generation into ``values``: in its sealed arrays those they may hold, the
-    others in its family; returns the indexes not found. ``kinds``: the keys' arrays prefixes (given whenever a
-    generation has arrays). With ``live_from`` at or below the generation's first number, the caller asks only
-    whether each id is held within the window: an id its arrays hold gets that first number as its value, and
-    its own number is not read."""
+    others in its family; returns the indexes not found. ``kinds``: the keys' arrays prefixes. With
+    ``live_from`` at or below the generation's first number, the caller asks only whether each id is held
+    within the window: an id its arrays hold gets that first number as its value, and its own number is not
+    read."""
     if not generation.arrays:
         return _ask_family(generation, keys, indexes, values, per_call)
     asking = np.asarray(indexes, dtype=np.int64)
