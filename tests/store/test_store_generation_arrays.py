@@ -189,8 +189,9 @@ def test_a_secondary_instance_follows_ids_forgotten_and_put_back_in_sealed_array
             assert store.forget_many([ids[n] for n in chosen]) == len(chosen)
             store.flush()
             reader.refresh()
-            kept = [n for n in range(len(ids)) if n not in set(chosen)]
-            assert reader.live_seqs(encode_ids(ids)) == [None if n in set(chosen) else n for n in range(len(ids))]
+            forgotten = set(chosen)
+            kept = [n for n in range(len(ids)) if n not in forgotten]
+            assert reader.live_seqs(encode_ids(ids)) == [None if n in forgotten else n for n in range(len(ids))]
             assert reader.contains_many([ids[n] for n in kept]) == [True] * len(kept)
             assert not any(reader.contains_many([ids[n] for n in chosen]))
             assert store.place([ids[n] for n in chosen], chosen) == chosen
